@@ -1,0 +1,43 @@
+"""gptlib: the small GPT library every chapter of the course imports."""
+
+from gptlib.attention import CausalSelfAttention
+from gptlib.bigram import bigram_loss
+from gptlib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from gptlib.config import GPTConfig, microgpt, preset, textbook
+from gptlib.data import Corpus, load_corpus, load_names, load_surnames, sample_batch
+from gptlib.device import choose_device
+from gptlib.generate import generate, sample_documents
+from gptlib.kvcache import KVCache
+from gptlib.model import GPT, Block, parameter_formula
+from gptlib.tokenizer import CharTokenizer
+from gptlib.train import History, estimate_loss, learning_rate, make_optimizer, train
+
+__all__ = [
+    "GPT",
+    "Block",
+    "CausalSelfAttention",
+    "CharTokenizer",
+    "CheckpointError",
+    "Corpus",
+    "GPTConfig",
+    "History",
+    "KVCache",
+    "bigram_loss",
+    "choose_device",
+    "estimate_loss",
+    "generate",
+    "learning_rate",
+    "load_checkpoint",
+    "load_corpus",
+    "load_names",
+    "load_surnames",
+    "make_optimizer",
+    "microgpt",
+    "parameter_formula",
+    "preset",
+    "sample_batch",
+    "sample_documents",
+    "save_checkpoint",
+    "textbook",
+    "train",
+]

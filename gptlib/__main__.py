@@ -1,0 +1,5 @@
+import sys
+
+from gptlib.cli import main
+
+sys.exit(main())

@@ -1,0 +1,68 @@
+"""Causal multi-head self-attention with one fused q/k/v projection.
+
+Two paths compute the same thing. `manual` writes out softmax(Q K^T / sqrt(d_h) + mask) V and can
+keep the weights for plotting; `sdpa` calls PyTorch's fused kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gptlib.config import GPTConfig
+from gptlib.kvcache import KVCache
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig, layer_idx: int = 0):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.head_dim = cfg.head_dim
+        self.layer_idx = layer_idx  # which slot of a KVCache this layer writes
+        self.use_sdpa = cfg.attention == "sdpa"
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # [d] -> [3d]
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # mixes the heads
+        self.attn_drop = nn.Dropout(cfg.dropout)
+        self.resid_drop = nn.Dropout(cfg.dropout)
+        # True above the diagonal = a future position, filled with -inf before the softmax.
+        # A buffer moves with .to(device) and is not a parameter; not saved in checkpoints.
+        future = torch.triu(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool), 1)
+        self.register_buffer("future", future, persistent=False)
+        self.keep_weights = False  # set by GPT.attention_maps
+        self.weights: torch.Tensor | None = None  # [B, h, n, n_keys] when kept
+
+    def split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        B, n, _ = t.shape
+        return t.view(B, n, self.n_head, self.head_dim).transpose(1, 2)  # [B, h, n, d_h]
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        B, n, d = x.shape  # [B, n, d]
+        q, k, v = self.qkv(x).split(d, dim=2)  # each [B, n, d]
+        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # [B, h, n, d_h]
+        past = 0
+        if cache is not None:
+            past = cache.length
+            k, v = cache.update(self.layer_idx, k, v)  # [B, h, past + n, d_h]
+        # The n new queries sit at positions past..past+n-1 and may see keys 0..their own.
+        if self.use_sdpa and not self.keep_weights:
+            drop = self.dropout if self.training else 0.0
+            if past == 0:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+            elif n == 1:  # one new query sees every cached key: nothing to mask
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)
+            else:
+                visible = ~self.future[past : past + n, : past + n]
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=drop)
+        else:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, h, n, past + n]
+            scores = scores.masked_fill(self.future[past : past + n, : past + n], float("-inf"))
+            weights = scores.softmax(dim=-1)  # each row sums to 1 over the keys
+            if self.keep_weights:
+                self.weights = weights.detach()
+            y = self.attn_drop(weights) @ v  # [B, h, n, d_h]
+        y = y.transpose(1, 2).contiguous().view(B, n, d)  # heads side by side again: [B, n, d]
+        return self.resid_drop(self.proj(y))

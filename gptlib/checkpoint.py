@@ -1,0 +1,116 @@
+"""Save and load a trained model with its config, tokenizer and (optionally) training state.
+
+Saving is atomic (a temporary file in the same folder, then `os.replace`), so an interrupted save
+never leaves a half-written checkpoint under the real name. Loading uses
+`torch.load(weights_only=True)`: a checkpoint holds tensors, numbers, strings, lists and dicts,
+and can never run code.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gptlib.config import GPTConfig
+from gptlib.model import GPT
+from gptlib.tokenizer import CharTokenizer
+from gptlib.train import History
+
+FORMAT = "gptlib-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A file that is not a usable gptlib checkpoint."""
+
+
+@dataclass
+class Checkpoint:
+    model: GPT
+    tokenizer: CharTokenizer
+    config: GPTConfig
+    step: int | None = None
+    history: History | None = None
+    optimizer_state: dict | None = None
+    extra: dict | None = None
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    model: GPT,
+    tokenizer: CharTokenizer,
+    optimizer: torch.optim.Optimizer | None = None,
+    step: int | None = None,
+    history: History | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    path = os.fspath(path)
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": model.cfg.to_dict(),
+        "tokenizer": tokenizer.to_dict(),
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "step": step,
+        "history": history.to_dict() if history is not None else None,
+        "extra": extra or {},
+    }
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu") -> Checkpoint:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"checkpoint {path!r} does not exist; train one with `python -m gptlib train --out {path}`")
+    try:
+        payload = torch.load(path, map_location=device, weights_only=True)
+    except (EOFError, RuntimeError, pickle.UnpicklingError, ValueError, OSError) as e:
+        raise CheckpointError(
+            f"{path!r} could not be read as a checkpoint (truncated, corrupted or not a torch "
+            f"file): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{path!r} is a torch file but not a gptlib checkpoint (no format={FORMAT!r} entry); "
+            "it was written by something else"
+        )
+    if payload.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path!r} has checkpoint version {payload.get('version')!r}; this gptlib reads version {VERSION}"
+        )
+    try:
+        config = GPTConfig.from_dict(payload["config"])
+        tokenizer = CharTokenizer.from_dict(payload["tokenizer"])
+        model = GPT(config).to(device)
+        model.load_state_dict(payload["model"])
+    except (KeyError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"{path!r} is an incomplete or inconsistent checkpoint: {e}") from None
+    model.eval()
+    history = History.from_dict(payload["history"]) if payload.get("history") else None
+    return Checkpoint(
+        model=model,
+        tokenizer=tokenizer,
+        config=config,
+        step=payload.get("step"),
+        history=history,
+        optimizer_state=payload.get("optimizer"),
+        extra=payload.get("extra"),
+    )

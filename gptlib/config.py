@@ -1,0 +1,122 @@
+"""The one object passed around: a validated model configuration and its named presets."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+NORMS = ("layernorm", "rmsnorm")
+PLACEMENTS = ("pre", "post")
+ACTIVATIONS = ("gelu", "relu")
+ATTENTIONS = ("manual", "sdpa")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Every choice that shapes a GPT. Letters in comments follow the textbook: V, T, d, h, L."""
+
+    vocab_size: int = 27  # V
+    block_size: int = 64  # T: rows of the position table, longest sequence the model reads
+    n_layer: int = 4  # L
+    n_head: int = 4  # h
+    n_embd: int = 128  # d; each head has d_h = d // h features
+    dropout: float = 0.0
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    norm_placement: str = "post"  # pre: x + f(norm(x));  post: norm(x + f(x))
+    activation: str = "gelu"  # gelu | relu
+    bias: bool = False  # biases in the Linear layers
+    norm_bias: bool = True  # a LayerNorm's beta (RMSNorm never has one)
+    tie_embeddings: bool = True  # lm_head.weight is tok_emb.weight
+    attention: str = "sdpa"  # manual (readable, can return weights) | sdpa (fused kernel)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(
+                f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: every head needs "
+                f"the same width d_h = n_embd / n_head; pick n_head among the divisors of {self.n_embd}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        for name, allowed in (
+            ("norm", NORMS),
+            ("norm_placement", PLACEMENTS),
+            ("activation", ACTIVATIONS),
+            ("attention", ATTENTIONS),
+        ):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+
+    @property
+    def head_dim(self) -> int:
+        """d_h, the width of one head."""
+        return self.n_embd // self.n_head
+
+    def replace(self, **changes) -> GPTConfig:
+        """A copy with some fields changed (validated again)."""
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"unknown GPTConfig field(s): {', '.join(sorted(unknown))}")
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GPTConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown GPTConfig field(s): {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+
+def microgpt(vocab_size: int = 27, **changes) -> GPTConfig:
+    """Chapter 2's running example: 1 layer, d 16, 4 heads of 4, block 8, pre-norm RMSNorm, ReLU,
+    no biases, separate output head. About 4,100 parameters with vocab 27."""
+    base = GPTConfig(
+        vocab_size=vocab_size,
+        block_size=8,
+        n_layer=1,
+        n_head=4,
+        n_embd=16,
+        norm="rmsnorm",
+        norm_placement="pre",
+        activation="relu",
+        bias=False,
+        norm_bias=False,
+        tie_embeddings=False,
+    )
+    return base.replace(**changes)
+
+
+def textbook(vocab_size: int = 27, **changes) -> GPTConfig:
+    """Chapter 3's `main()`: block 64, d 128, 4 layers, 4 heads, post-LN LayerNorm, GELU, tied
+    embeddings, no Linear biases."""
+    base = GPTConfig(
+        vocab_size=vocab_size,
+        block_size=64,
+        n_layer=4,
+        n_head=4,
+        n_embd=128,
+        norm="layernorm",
+        norm_placement="post",
+        activation="gelu",
+        bias=False,
+        norm_bias=True,
+        tie_embeddings=True,
+    )
+    return base.replace(**changes)
+
+
+PRESETS = {"microgpt": microgpt, "textbook": textbook}
+
+
+def preset(name: str, vocab_size: int = 27, **changes) -> GPTConfig:
+    """Look a preset up by name: `preset("textbook", vocab_size=65)`."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name](vocab_size, **changes)

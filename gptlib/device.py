@@ -1,0 +1,29 @@
+"""Which device to run on: cuda, then mps, then cpu, unless told otherwise."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+ENV_VAR = "GPTLIB_DEVICE"
+
+
+def choose_device(requested: str | None = None) -> torch.device:
+    """`requested` (or $GPTLIB_DEVICE) wins when given; otherwise the fastest one available."""
+    name = requested or os.environ.get(ENV_VAR)
+    if name:
+        try:
+            device = torch.device(name)
+        except RuntimeError:
+            raise ValueError(f"unknown device {name!r}; use cpu, cuda, cuda:N or mps") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {name!r} was asked for, but CUDA is not available here")
+        if device.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"device {name!r} was asked for, but MPS is not available here")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")

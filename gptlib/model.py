@@ -1,0 +1,146 @@
+"""The GPT: embeddings, L identical blocks, a final norm and the output head."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gptlib.attention import CausalSelfAttention
+from gptlib.config import GPTConfig
+from gptlib.kvcache import KVCache
+from gptlib.mlp import MLP
+from gptlib.norms import make_norm
+
+IGNORE_INDEX = -100
+
+
+class Block(nn.Module):
+    """Attention then MLP, each wrapped in a residual connection and a norm.
+
+    pre-norm (chapter 2):  x = x + attn(norm1(x));  x = x + mlp(norm2(x))
+    post-norm (chapter 3): x = norm1(x + attn(x));  x = norm2(x + mlp(x))
+    """
+
+    def __init__(self, cfg: GPTConfig, layer_idx: int = 0):
+        super().__init__()
+        self.pre_norm = cfg.norm_placement == "pre"
+        self.ln1 = make_norm(cfg)
+        self.attn = CausalSelfAttention(cfg, layer_idx)
+        self.ln2 = make_norm(cfg)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        if self.pre_norm:
+            x = x + self.attn(self.ln1(x), cache)
+            return x + self.mlp(self.ln2(x))
+        x = self.ln1(x + self.attn(x, cache))
+        return self.ln2(x + self.mlp(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # [V, d]
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)  # [T, d]
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
+        self.ln_f = make_norm(cfg)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)  # [V, d]
+        if cfg.tie_embeddings:
+            # One Parameter object in two places: counted once, optimised once.
+            self.lm_head.weight = self.tok_emb.weight
+        # Tie first, then initialise: the shared table is drawn from N(0, 0.02) like the rest.
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def num_parameters(self) -> int:
+        """Trainable numbers, each shared Parameter counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx [B, n] -> logits [B, n, V], and the loss when labels [B, n] are given.
+
+        The loss compares the prediction at position t with labels[t + 1]: idx and labels may be
+        the same window. Labels equal to -100 are ignored. With a `cache`, idx holds only the new
+        positions, which follow the `cache.length` positions already stored.
+        """
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be [B, n] token ids, got shape {tuple(idx.shape)}")
+        B, n = idx.shape
+        past = cache.length if cache is not None else 0
+        T = self.cfg.block_size
+        if past + n > T:
+            where = f"{past} cached + {n} new = {past + n}" if past else f"n={n}"
+            raise ValueError(
+                f"sequence length {where} exceeds block_size={T}: the position table has only "
+                f"{T} rows; crop the input to its last {T} tokens (idx[:, -{T}:]) or use a "
+                "config with a larger block_size"
+            )
+        if n and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
+            raise ValueError(
+                f"token ids must lie in 0..{self.cfg.vocab_size - 1} (vocab_size), got ids from "
+                f"{int(idx.min())} to {int(idx.max())}; was the text encoded with this model's "
+                "tokenizer?"
+            )
+        pos = torch.arange(past, past + n, device=idx.device)  # [n]
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # [B, n, d] + [n, d] -> [B, n, d]
+        for block in self.blocks:
+            x = block(x, cache)  # [B, n, d] throughout
+        if cache is not None:
+            cache.advance(n)
+        logits = self.lm_head(self.ln_f(x))  # [B, n, V]
+        loss = None if labels is None else self.loss(logits, labels)
+        return logits, loss
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of logits[:, :-1] against labels[:, 1:] (the shift lives here)."""
+        if labels.shape != logits.shape[:2]:
+            raise ValueError(
+                f"labels must have the shape of idx, {tuple(logits.shape[:2])}, got "
+                f"{tuple(labels.shape)}; pass the same window as idx (the shift is done here)"
+            )
+        V = logits.size(-1)
+        return F.cross_entropy(
+            logits[:, :-1].reshape(-1, V),  # [B(n-1), V]: positions 0..n-2 predict ...
+            labels[:, 1:].reshape(-1),  # [B(n-1)]: ... tokens 1..n-1
+            ignore_index=IGNORE_INDEX,
+        )
+
+    @torch.no_grad()
+    def attention_maps(self, idx: torch.Tensor) -> torch.Tensor:
+        """Every layer's attention weights from one forward pass: [L, B, h, n, n]."""
+        attns = [block.attn for block in self.blocks]
+        for a in attns:
+            a.keep_weights = True
+        try:
+            self(idx)
+            return torch.stack([a.weights for a in attns])
+        finally:
+            for a in attns:
+                a.keep_weights, a.weights = False, None
+
+
+def parameter_formula(cfg: GPTConfig) -> int:
+    """The parameter count in closed form. For the chapter-3 preset (tied, no Linear biases,
+    LayerNorm with bias) it is V*d + T*d + 12*L*d^2 + (4L+2)*d."""
+    V, T, d, L = cfg.vocab_size, cfg.block_size, cfg.n_embd, cfg.n_layer
+    per_norm = d * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
+    linear_bias = (3 * d + d + 4 * d + d) if cfg.bias else 0  # qkv, proj, fc, proj
+    total = V * d + T * d + L * (12 * d * d + linear_bias + 2 * per_norm) + per_norm
+    if not cfg.tie_embeddings:
+        total += V * d
+    return total

@@ -1,0 +1,95 @@
+"""Characters to integer ids and back: the simplest tokenizer a language model can have."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+
+
+class CharTokenizer:
+    """One id per character, ids given in sorted character order.
+
+    For a corpus made of separate documents (names, say) an extra BOS ("beginning of sequence")
+    token marks where one document ends and the next begins. It is shown as `bos` (default ".")
+    when decoding and takes the last id, so the 26 letters keep ids 0..25 and BOS is 26.
+    """
+
+    def __init__(self, chars: Iterable[str], bos: str | None = None):
+        chars = sorted(set(chars))
+        if any(len(c) != 1 for c in chars):
+            raise ValueError("CharTokenizer takes single characters")
+        if not chars:
+            raise ValueError("cannot build a tokenizer from an empty corpus")
+        if bos is not None and bos in chars:
+            raise ValueError(
+                f"the BOS symbol {bos!r} also occurs in the corpus; pass another symbol as bos="
+            )
+        self.chars = chars
+        self.bos = bos
+        self.itos = list(chars) + ([bos] if bos is not None else [])
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+
+    @classmethod
+    def from_text(cls, text: str, bos: str | None = None) -> CharTokenizer:
+        return cls(text, bos=bos)
+
+    @classmethod
+    def from_documents(cls, documents: Iterable[str], bos: str = ".") -> CharTokenizer:
+        return cls("".join(documents), bos=bos)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    @property
+    def bos_id(self) -> int | None:
+        return None if self.bos is None else self.stoi[self.bos]
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for position, ch in enumerate(text):
+            i = self.stoi.get(ch)
+            if i is None:
+                shown = "".join(self.itos)
+                raise ValueError(
+                    f"character {ch!r} at position {position} is not in the vocabulary of "
+                    f"{self.vocab_size} symbols ({shown!r}); remove it or build the tokenizer "
+                    "from text that contains it"
+                )
+            ids.append(i)
+        return ids
+
+    def decode(self, ids: Sequence[int] | Iterable[int]) -> str:
+        out = []
+        for i in ids:
+            i = int(i)
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"id {i} is outside the vocabulary 0..{self.vocab_size - 1}")
+            out.append(self.itos[i])
+        return "".join(out)
+
+    def to_dict(self) -> dict:
+        return {"type": "char", "chars": self.chars, "bos": self.bos}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CharTokenizer:
+        if data.get("type") != "char" or "chars" not in data:
+            raise ValueError(f"not a CharTokenizer description: keys {sorted(data)}")
+        return cls(data["chars"], bos=data.get("bos"))
+
+    def save(self, path: str | os.PathLike) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, ensure_ascii=False, indent=1)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CharTokenizer:
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CharTokenizer) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        bos = f", bos={self.bos!r}" if self.bos is not None else ""
+        return f"CharTokenizer(vocab_size={self.vocab_size}{bos})"

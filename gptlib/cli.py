@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default=None, help="cpu | cuda | mps (default: the best available)")
     t.add_argument("--out", default="runs/model.pt", help="where to write the checkpoint")
     t.add_argument("--samples", type=int, default=10, help="samples to print at the end")
+    t.add_argument("--no-optimizer-state", action="store_true", help="save weights, config and history only (smaller file)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     s = sub.add_parser("sample", help="print samples from a checkpoint")
@@ -152,7 +153,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     bigram = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
     print(f"final train loss {train_loss:.4f}  val loss {val_loss:.4f} nats/token")
     print(f"bigram baseline val loss {bigram:.4f}  (model is {bigram - val_loss:+.4f} nats better)")
-    save_checkpoint(args.out, model, corpus.tokenizer, opt, len(hist), hist,
+    save_checkpoint(args.out, model, corpus.tokenizer, None if args.no_optimizer_state else opt, len(hist), hist,
                     extra={"data": args.data, "preset": args.preset, "val_loss": val_loss, "bigram_val_loss": bigram})
     print(f"saved {args.out}")
     if args.samples > 0:

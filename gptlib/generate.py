@@ -1,16 +1,22 @@
 """Autoregressive sampling: one new token per step, appended to the context.
 
 Two paths give the same tokens for the same generator while the sequence fits in `block_size`:
-`use_cache=True` (default) keeps every layer's keys and values in a `KVCache` and runs only the
-new position each step; `use_cache=False` is the textbook's loop, which re-runs the whole
-(cropped) context every step.
+`use_cache=True` (default) keeps every layer's keys and values in a `KVCache`: one prefill pass
+over the prompt, then each step runs only the newest token, which attends to the cached K, V and
+its own. `use_cache=False` is the textbook's loop, which re-runs the whole (cropped) context
+every step and keeps nothing.
 
-At `block_size` the two part ways, because learned absolute positions cannot slide. The
-recompute path crops the context to its last `block_size` tokens every step (a sliding window,
-every position re-numbered each step). The cache path cannot re-number what it stored, so when
-the cache is full it is rebuilt by a fresh prefill of the last `block_size // 2` tokens and then
-grows again; its context therefore shrinks to half a block and refills. Neither path ever indexes
-past the position table.
+At `block_size` the two part ways, because learned absolute positions cannot slide: a cached key
+was computed with its position's row of the position table baked in and cannot be re-numbered.
+- The recompute path crops the context to its last `block_size` tokens every step: a sliding
+  window, every position re-numbered each step.
+- The cache path fills the cache up to `block_size` positions. At the next step it rebuilds it:
+  `reset()`, then one prefill of the last `block_size // 2` tokens (at least 1) at positions
+  0..block_size//2 - 1, the newest token included. The cache then holds `block_size // 2`
+  positions, grows by one per step back to `block_size`, and is rebuilt again; a rebuild happens
+  every `block_size - block_size // 2 + 1` steps, and each token is predicted from a context of
+  `block_size // 2` to `block_size` tokens.
+Neither path ever indexes past the position table.
 """
 
 from __future__ import annotations
@@ -65,7 +71,6 @@ def pick_next(
     return torch.multinomial(probs, num_samples=1, generator=generator)
 
 
-@torch.no_grad()
 def generate(
     model: GPT,
     idx: torch.Tensor,
@@ -81,34 +86,51 @@ def generate(
     temperature > 0 samples, temperature == 0 takes the argmax, a negative one raises. With
     `stop_token`, a row that produced it keeps repeating it, and the loop ends once every row has.
     The model is put in eval mode (dropout off) and restored afterwards.
+
+    use_cache=True keeps K and V between steps; use_cache=False re-runs the context each step.
+    Both give the same tokens while n0 + new <= block_size + 1 (every prediction made from at
+    most block_size tokens); past that the recompute path slides a block_size window and the
+    cache path rebuilds itself from the last block_size // 2 tokens (see the module docstring).
     """
     _check_sampling(temperature, top_k)
     if idx.dim() != 2 or idx.size(1) == 0:
-        raise ValueError(f"idx must be [B, n0] with n0 >= 1 tokens of prompt, got {tuple(idx.shape)}")
+        raise ValueError(
+            f"idx must be [B, n0] with n0 >= 1 tokens of prompt, got {tuple(idx.shape)}"
+        )
     T = model.cfg.block_size
+    keep = max(1, T // 2)  # a full cache is rebuilt from this many newest tokens
     was_training = model.training
     model.eval()
+    # inference_mode rather than no_grad: no autograd bookkeeping at all, which a decode step
+    # (a few hundred tiny operations) feels. Its tensors cannot enter autograd later, so the
+    # result is cloned outside it into an ordinary tensor.
     try:
-        finished = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
-        cache = KVCache(model.cfg, idx.size(0), idx.device, model.lm_head.weight.dtype) if use_cache else None
-        for step in range(max_new_tokens):
-            if cache is None:
-                logits, _ = model(idx[:, -T:])  # the whole context, every step
-            elif step == 0 or cache.length == T:
-                cache.reset()  # prefill; when full, rebuild from the last half block
-                logits, _ = model(idx[:, -(T if step == 0 else T // 2) :], cache=cache)
-            else:
-                logits, _ = model(idx[:, -1:], cache=cache)  # one new position
-            nxt = pick_next(logits[:, -1, :], temperature, top_k, generator)  # [B, 1]
-            if stop_token is not None:
-                nxt = nxt.masked_fill(finished[:, None], stop_token)
-                finished |= nxt[:, 0] == stop_token
-            idx = torch.cat([idx, nxt], dim=1)
-            if stop_token is not None and bool(finished.all()):
-                break
+        with torch.inference_mode():
+            B = idx.size(0)
+            finished = torch.zeros(B, dtype=torch.bool, device=idx.device)
+            dtype = model.lm_head.weight.dtype
+            cache = KVCache(model.cfg, B, idx.device, dtype) if use_cache else None
+            for step in range(max_new_tokens):
+                if cache is None:
+                    logits, _ = model(idx[:, -T:])  # the whole context, every step
+                elif step == 0:
+                    logits, _ = model(idx[:, -T:], cache=cache)  # prefill: the prompt in one pass
+                elif cache.length == T:
+                    # Full, and positions cannot slide: start again from the newest `keep` tokens.
+                    cache.reset()
+                    logits, _ = model(idx[:, -keep:], cache=cache)
+                else:
+                    logits, _ = model(idx[:, -1:], cache=cache)  # decode: the newest token only
+                nxt = pick_next(logits[:, -1, :], temperature, top_k, generator)  # [B, 1]
+                if stop_token is not None:
+                    nxt = nxt.masked_fill(finished[:, None], stop_token)
+                    finished |= nxt[:, 0] == stop_token
+                idx = torch.cat([idx, nxt], dim=1)
+                if stop_token is not None and bool(finished.all()):
+                    break
     finally:
         model.train(was_training)
-    return idx
+    return idx.clone()
 
 
 def sample_documents(

@@ -1,8 +1,13 @@
 """Keys and values kept between generation steps, so each new token costs one position, not n.
 
+Only K and V are kept: a new query needs every earlier key and value, but no earlier query (the
+last row of causal attention reads q of the last position alone). Per layer the cache holds
+K and V of shape [B, h, n, d_h], 2 * L * B * h * n * d_h numbers in all.
+
 Learned absolute positions cannot slide: position p always reads row p of the position table,
-which has `block_size` rows. A cache therefore holds at most `block_size` positions; what
-`generate` does when it is full is described there (it rebuilds the cache from the last half).
+which has `block_size` rows. A cache therefore holds at most `block_size` positions and refuses
+one more; what `generate` does when it is full is described there (it rebuilds the cache from
+the last `block_size // 2` tokens).
 """
 
 from __future__ import annotations
@@ -87,3 +92,18 @@ def memory_bytes(
 ) -> int:
     """2 (keys and values) * L * B * h * n * d_h * bytes per element."""
     return 2 * n_layer * batch_size * n_head * n * head_dim * bytes_per
+
+
+def forward_flops(cfg: GPTConfig, n_new: int, n_past: int = 0, batch_size: int = 1) -> int:
+    """Multiply-add FLOPs (2 per multiply-add) of the matrix products in one forward pass over
+    `n_new` positions that follow `n_past` cached ones; norms, softmax and adds are left out.
+
+    Per layer, with n = n_new and k = n_past + n_new keys:
+      q, k, v projection 2*n*d*3d, scores Q K^T 2*n*k*d, weights @ V 2*n*k*d,
+      output projection 2*n*d*d, MLP 2*n*d*4d*2  ->  24*n*d^2 + 4*n*k*d;
+    then the output head 2*n*d*V (every fed position gets logits).
+    Recompute step at length t: forward_flops(cfg, t). Cached step: forward_flops(cfg, 1, t - 1).
+    """
+    d, n, k = cfg.n_embd, n_new, n_past + n_new
+    per_layer = 24 * n * d * d + 4 * n * k * d
+    return batch_size * (cfg.n_layer * per_layer + 2 * n * d * cfg.vocab_size)

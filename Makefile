@@ -1,0 +1,52 @@
+# The course's two commands: `make lab` opens it, `make test` checks everything.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
+# One thread per process: outputs are stored and compared that way, and two 2-thread torch
+# processes on a 2-core machine run several times slower than two 1-thread ones.
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
+
+.PHONY: install lab test lint unit nbval notebooks assets benchmark clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lab: install
+	$(VENV)/bin/jupyter lab notebooks/
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+unit: install
+	$(ONE_THREAD) MPLBACKEND=Agg $(PY) -m pytest -q -n 2 tests
+
+nbval: install
+	$(PY) tests/check_notebooks_executed.py $(NOTEBOOKS)
+	$(ONE_THREAD) $(PY) -m pytest -q -n 2 --dist loadscope --nbval \
+		--nbval-sanitize-with notebooks/sanitize.cfg $(NOTEBOOKS)
+
+test: lint unit nbval
+
+# Re-execute every notebook in place, in the pinned environment, one thread, no timing metadata.
+notebooks: install
+	for nb in $(NOTEBOOKS); do \
+		$(ONE_THREAD) $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
+			--NotebookClient.record_timing=False --ExecutePreprocessor.timeout=900 "$$nb" || exit 1; \
+	done
+
+assets: install
+	PATH=$(VENV)/bin:$$PATH bash assets/regenerate.sh
+
+benchmark: install
+	$(PY) benchmarks/train_throughput.py
+	$(PY) benchmarks/generate_speed.py
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,21 @@
+"""Exercises with checks: each `check_*` runs the reader's function on random inputs, compares it
+with the reference solution, and on a mismatch names the likely mistake.
+
+One submodule per chapter; every name a submodule lists in `__all__` is re-exported here, so a
+notebook writes `from gptlib.exercises import check_rmsnorm`.
+"""
+
+import importlib
+import pkgutil
+
+from gptlib.exercises.checking import CheckResult, compare
+
+__all__ = ["CheckResult", "compare"]
+
+for _info in pkgutil.iter_modules(__path__):
+    if _info.name == "checking":
+        continue
+    _module = importlib.import_module(f"{__name__}.{_info.name}")
+    for _name in getattr(_module, "__all__", []):
+        globals()[_name] = getattr(_module, _name)
+        __all__.append(_name)

@@ -1,0 +1,138 @@
+"""Chapter 03, scaled dot-product attention: causal attention for every head at once.
+
+The reader writes `causal_attention(q, k, v)` for per-head tensors q, k, v of shape
+[B, h, n, d_h] and returns softmax(Q K^T / sqrt(d_h) + causal mask) V, shape [B, h, n, d_h].
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from gptlib.exercises.checking import CheckResult, compare
+
+__all__ = ["check_causal_attention", "solution_causal_attention"]
+
+
+def _future(n: int) -> torch.Tensor:
+    # True above the diagonal: key j lies in the future of query i when j > i.
+    return torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)  # [n, n]
+
+
+def solution_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d_h), masked above the diagonal) v; q, k, v [..., n, d_h]."""
+    n, d_h = q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_h)  # [..., n, n]: rows queries, columns keys
+    scores = scores.masked_fill(_future(n), float("-inf"))
+    return scores.softmax(dim=-1) @ v  # [..., n, d_h]
+
+
+def _attend(q, k, v, scale: float, masked: torch.Tensor | None, dim: int = -1, fill=float("-inf")):
+    scores = q @ k.transpose(-2, -1) / scale
+    if masked is not None:
+        scores = scores.masked_fill(masked, fill)
+    return scores.softmax(dim=dim) @ v
+
+
+def _softmax_over_queries(q, k, v):
+    return _attend(q, k, v, math.sqrt(q.shape[-1]), _future(q.shape[-2]), dim=-2)
+
+
+def _no_scale(q, k, v):
+    return _attend(q, k, v, 1.0, _future(q.shape[-2]))
+
+
+def _scale_by_d_model(q, k, v):
+    d_model = q.shape[-3] * q.shape[-1]  # h * d_h
+    return _attend(q, k, v, math.sqrt(d_model), _future(q.shape[-2]))
+
+
+def _scale_by_d_h(q, k, v):
+    return _attend(q, k, v, float(q.shape[-1]), _future(q.shape[-2]))
+
+
+def _no_mask(q, k, v):
+    return _attend(q, k, v, math.sqrt(q.shape[-1]), None)
+
+
+def _past_masked(q, k, v):
+    # The mask written with tril instead of triu: it hides the past and shows the future.
+    n = q.shape[-2]
+    past = torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-1)
+    return _attend(q, k, v, math.sqrt(q.shape[-1]), past)
+
+
+def _past_and_self_masked(q, k, v):
+    # The tril idiom with its test inverted, masked_fill(tril == 1): the last row has no key left.
+    n = q.shape[-2]
+    return _attend(q, k, v, math.sqrt(q.shape[-1]), torch.tril(torch.ones(n, n, dtype=torch.bool)))
+
+
+def _diagonal_masked(q, k, v):
+    n = q.shape[-2]
+    return _attend(q, k, v, math.sqrt(q.shape[-1]), torch.triu(torch.ones(n, n, dtype=torch.bool)))
+
+
+def _zero_filled(q, k, v):
+    return _attend(q, k, v, math.sqrt(q.shape[-1]), _future(q.shape[-2]), fill=0.0)
+
+
+MISTAKES = [
+    (
+        "softmax over dim=-2 normalises each key's column over the queries; every query's row "
+        "must sum to 1 over the keys: softmax(dim=-1)",
+        _softmax_over_queries,
+    ),
+    ("the scores are not scaled: divide q @ k^T by sqrt(d_h) before the softmax", _no_scale),
+    (
+        "you divided by sqrt(d_model) = sqrt(h * d_h); the scale uses one head's width, "
+        "sqrt(d_h) = sqrt(q.size(-1))",
+        _scale_by_d_model,
+    ),
+    ("you divided by d_h; the scale is its square root, sqrt(d_h)", _scale_by_d_h),
+    (
+        "there is no causal mask: every query sees the keys after it; fill the scores above "
+        "the diagonal with -inf",
+        _no_mask,
+    ),
+    (
+        "the mask hides the past and shows the future (tril where triu belongs); mask key j "
+        "for query i when j > i: torch.triu(ones(n, n), diagonal=1)",
+        _past_masked,
+    ),
+    (
+        "the mask hides the past and the position itself (masked_fill(tril == 1)); keep the lower "
+        "triangle and mask above it: masked_fill(tril == 0, -inf)",
+        _past_and_self_masked,
+    ),
+    (
+        "the diagonal is masked too, so position 0 has no visible key (NaN); a position may "
+        "see itself: use torch.triu(..., diagonal=1)",
+        _diagonal_masked,
+    ),
+    (
+        "masked scores were set to 0, and exp(0) = 1 still gives the future weight; fill them "
+        "with float('-inf')",
+        _zero_filled,
+    ),
+]
+
+
+def _inputs(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # h = 3 heads of d_h = 4 make sqrt(d_h) = 2 and sqrt(d_model) = sqrt(12) tell apart;
+    # a spread of 2 makes the unscaled scores visibly sharper than the scaled ones.
+    B, h, n, d_h = 2, 3, 6, 4
+    q, k, v = (2.0 * torch.randn(B, h, n, d_h, generator=g) for _ in range(3))
+    return q, k, v
+
+
+def check_causal_attention(causal_attention) -> CheckResult:
+    """Run `causal_attention(q, k, v)` on random [2, 3, 6, 4] inputs against the solution."""
+    return compare(
+        "causal_attention",
+        causal_attention,
+        solution_causal_attention,
+        _inputs,
+        mistakes=MISTAKES,
+    )

@@ -1,0 +1,108 @@
+"""Chapter 07, the output head: turning logits into a sampling distribution with a temperature.
+
+The reader writes `temperature_probs(logits, temperature)` for logits [B, V] and a temperature
+>= 0 and returns probabilities [B, V]: softmax(logits / temperature) over the vocabulary, and for
+temperature 0 (greedy decoding) a one-hot row at each row's argmax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from gptlib.exercises.checking import CheckResult, compare
+
+__all__ = ["check_temperature_probs", "solution_temperature_probs"]
+
+
+def solution_temperature_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    if temperature == 0:
+        # The limit T -> 0 of softmax(logits / T): all the mass on the largest logit.
+        return F.one_hot(logits.argmax(dim=-1), logits.size(-1)).to(logits.dtype)  # [B, V]
+    return (logits / temperature).softmax(dim=-1)  # [B, V], each row sums to 1
+
+
+def _multiplied(logits, temperature):
+    return (logits * temperature).softmax(dim=-1)
+
+
+def _after_softmax(logits, temperature):
+    return logits.softmax(dim=-1) / temperature
+
+
+def _ignored(logits, temperature):
+    return logits.softmax(dim=-1)
+
+
+def _zero_divides(logits, temperature):
+    return (logits / temperature).softmax(dim=-1)
+
+
+def _zero_uniform(logits, temperature):
+    if temperature == 0:
+        return torch.full_like(logits, 1.0 / logits.size(-1))
+    return (logits / temperature).softmax(dim=-1)
+
+
+def _over_batch(logits, temperature):
+    if temperature == 0:
+        return solution_temperature_probs(logits, 0)
+    return (logits / temperature).softmax(dim=0)
+
+
+MISTAKES = [
+    # Checked in order: at T = 0 multiplying also gives a uniform row, so this one comes first.
+    (
+        "temperature 0 is the coldest setting, not the flattest: it puts all the mass on the "
+        "argmax (a one-hot row), not on every token equally",
+        _zero_uniform,
+    ),
+    (
+        "the logits are multiplied by the temperature; divide them: softmax(logits / T), so a "
+        "low temperature sharpens the distribution and a high one flattens it",
+        _multiplied,
+    ),
+    (
+        "the temperature is applied after the softmax, so the rows no longer sum to 1; divide "
+        "the logits by T first, then take the softmax",
+        _after_softmax,
+    ),
+    (
+        "the temperature has no effect: divide the logits by it before the softmax",
+        _ignored,
+    ),
+    (
+        "temperature 0 divides by zero and gives inf / nan; treat it as greedy decoding: a "
+        "one-hot row at logits.argmax(-1)",
+        _zero_divides,
+    ),
+    (
+        "the softmax runs over the batch (dim=0); each row is a distribution over the V tokens: "
+        "softmax(dim=-1)",
+        _over_batch,
+    ),
+]
+
+
+def _inputs() -> Callable[[torch.Generator], tuple]:
+    # A sharpening, a flattening and the greedy temperature, in that order.
+    temperatures = iter([0.5, 2.0, 0.0])
+
+    def make(g: torch.Generator) -> tuple:
+        logits = torch.randn(4, 11, generator=g) * 2.0  # [B, V]
+        return logits, next(temperatures)
+
+    return make
+
+
+def check_temperature_probs(temperature_probs: Callable) -> CheckResult:
+    """Run `temperature_probs(logits, T)` on random [4, 11] logits at T = 0.5, 2 and 0."""
+    return compare(
+        "temperature_probs",
+        temperature_probs,
+        solution_temperature_probs,
+        _inputs(),
+        mistakes=MISTAKES,
+    )

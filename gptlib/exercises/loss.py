@@ -1,0 +1,228 @@
+"""Chapter 08, cross-entropy: a stable log-softmax and the shifted, masked language-model loss.
+
+`log_softmax(logits)`: logits [..., V] -> log-probabilities [..., V] computed with the
+log-sum-exp trick, logits - m - log(sum(exp(logits - m))) with m the row maximum.
+
+`lm_loss(logits, labels)`: logits [B, n, V] and labels [B, n], the same window as the input ids
+(-100 marks a position to ignore) -> the mean of -log p(labels[:, t + 1]) under logits[:, t],
+over every t = 0..n-2 whose label is not -100. A scalar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from gptlib.exercises.checking import CheckResult, compare
+
+__all__ = ["check_lm_loss", "check_log_softmax", "solution_lm_loss", "solution_log_softmax"]
+
+IGNORE_INDEX = -100
+
+
+def solution_log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    m = logits.max(dim=-1, keepdim=True).values  # [..., 1]; exp(logits - m) <= 1 cannot overflow
+    return logits - m - (logits - m).exp().sum(dim=-1, keepdim=True).log()
+
+
+def solution_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    V = logits.size(-1)
+    return F.cross_entropy(
+        logits[:, :-1].reshape(-1, V),  # [B(n-1), V]: positions 0..n-2 predict ...
+        labels[:, 1:].reshape(-1),  # [B(n-1)]: ... the token one step later
+        ignore_index=IGNORE_INDEX,  # mean over the labels that are not -100
+    )
+
+
+# ---- log_softmax mistakes ------------------------------------------------------------------
+
+
+def _lsm_naive(logits):
+    e = logits.exp()
+    return (e / e.sum(dim=-1, keepdim=True)).log()
+
+
+def _lsm_softmax_then_log(logits):
+    return logits.softmax(dim=-1).log()
+
+
+def _lsm_max_not_added_back(logits):
+    m = logits.max(dim=-1, keepdim=True).values
+    return logits - (logits - m).exp().sum(dim=-1, keepdim=True).log()
+
+
+def _lsm_over_rows(logits):
+    m = logits.max(dim=0, keepdim=True).values
+    return logits - m - (logits - m).exp().sum(dim=0, keepdim=True).log()
+
+
+LOG_SOFTMAX_MISTAKES = [
+    (
+        "exp(logits) overflows to inf for logits above about 88 (float32) and inf / inf is nan; "
+        "subtract the row maximum m first: logits - m - log(sum(exp(logits - m)))",
+        _lsm_naive,
+    ),
+    (
+        "softmax and then log, in two steps: a probability below about 1e-45 rounds to 0 and its "
+        "log is -inf; stay in log space: logits - m - log(sum(exp(logits - m)))",
+        _lsm_softmax_then_log,
+    ),
+    (
+        "after subtracting the maximum m inside the exp, m has to be subtracted from the logits "
+        "too: log sum exp(x) = m + log sum exp(x - m)",
+        _lsm_max_not_added_back,
+    ),
+    (
+        "the maximum and the sum run over the rows (dim=0); each row is one distribution over "
+        "the V tokens: use dim=-1",
+        _lsm_over_rows,
+    ),
+]
+
+
+def _log_softmax_inputs(g: torch.Generator) -> tuple:
+    logits = torch.randn(3, 7, generator=g) * 4.0 + 400.0  # [B, V]: exp(400) overflows float32
+    logits[:, 0] -= 150.0  # one very unlikely token per row: its probability underflows to 0
+    return (logits,)
+
+
+def check_log_softmax(log_softmax: Callable) -> CheckResult:
+    """Run `log_softmax(logits)` on [3, 7] logits near 400, one of them 150 lower in each row."""
+    return compare(
+        "log_softmax",
+        log_softmax,
+        solution_log_softmax,
+        _log_softmax_inputs,
+        mistakes=LOG_SOFTMAX_MISTAKES,
+    )
+
+
+# ---- lm_loss mistakes ----------------------------------------------------------------------
+
+
+def _per_position(logits, labels):
+    """-log p of each shifted label, and which ones count: both [B, n-1]."""
+    targets = labels[:, 1:]  # [B, n-1]
+    keep = targets != IGNORE_INDEX
+    logp = F.log_softmax(logits[:, :-1], dim=-1)  # [B, n-1, V]
+    nll = -logp.gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # [B, n-1]
+    return nll * keep, keep
+
+
+def _no_shift(logits, labels):
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def _shift_backwards(logits, labels):
+    V = logits.size(-1)
+    return F.cross_entropy(
+        logits[:, 1:].reshape(-1, V), labels[:, :-1].reshape(-1), ignore_index=IGNORE_INDEX
+    )
+
+
+def _sum(logits, labels):
+    nll, _ = _per_position(logits, labels)
+    return nll.sum()
+
+
+def _ignored_in_denominator(logits, labels):
+    nll, keep = _per_position(logits, labels)
+    return nll.sum() / keep.numel()
+
+
+def _mean_of_row_means(logits, labels):
+    nll, keep = _per_position(logits, labels)
+    return (nll.sum(dim=1) / keep.sum(dim=1)).mean()
+
+
+def _naive_log_softmax(logits, labels):
+    targets = labels[:, 1:]
+    keep = targets != IGNORE_INDEX
+    e = logits[:, :-1].exp()
+    logp = (e / e.sum(dim=-1, keepdim=True)).log()
+    nll = -logp.gather(-1, targets.clamp(min=0)[..., None])[..., 0]
+    return (nll * keep).sum() / keep.sum()
+
+
+def _softmax_then_log(logits, labels):
+    targets = labels[:, 1:]
+    keep = targets != IGNORE_INDEX
+    logp = logits[:, :-1].softmax(dim=-1).log()
+    nll = -logp.gather(-1, targets.clamp(min=0)[..., None])[..., 0]
+    return torch.where(keep, nll, 0.0).sum() / keep.sum()
+
+
+IGNORE_HINT = (
+    "labels equal to -100 mark positions to leave out; pass ignore_index=-100 to "
+    "F.cross_entropy, or drop those positions before averaging"
+)
+
+LM_LOSS_MISTAKES = [
+    (
+        "no shift: position t's logits are compared with labels[:, t], the token it already "
+        "reads; compare logits[:, :-1] with labels[:, 1:]",
+        _no_shift,
+    ),
+    (
+        "shifted the wrong way round: logits[:, t] predicts the NEXT token, so pair "
+        "logits[:, :-1] with labels[:, 1:]",
+        _shift_backwards,
+    ),
+    ("the losses are summed; the loss is their mean over the counted positions", _sum),
+    (
+        "the ignored (-100) positions are counted in the denominator; divide by the number of "
+        "labels that are not -100 (F.cross_entropy with ignore_index=-100 does)",
+        _ignored_in_denominator,
+    ),
+    (
+        "each sequence is averaged first and then the sequences; with ignored labels the rows "
+        "count different numbers of positions: average over all counted positions at once",
+        _mean_of_row_means,
+    ),
+    (
+        "exp(logits) overflows for logits above about 88 and inf / inf is nan; use "
+        "F.log_softmax / F.cross_entropy (log-sum-exp) instead of log(exp / sum(exp))",
+        _naive_log_softmax,
+    ),
+    (
+        "log(softmax(logits)) in two steps: a tiny probability rounds to 0 and its log is -inf; "
+        "use F.log_softmax or F.cross_entropy, which stay in log space",
+        _softmax_then_log,
+    ),
+]
+
+
+def _lm_loss_inputs() -> Callable[[torch.Generator], tuple]:
+    # Two ordinary trials, then one with huge logits where only a log-space computation survives.
+    huge = iter([False, False, True])
+
+    def make(g: torch.Generator) -> tuple:
+        B, n, V = 3, 6, 7
+        logits = torch.randn(B, n, V, generator=g) * 2.0  # [B, n, V]
+        labels = torch.randint(0, V, (B, n), generator=g)  # [B, n], the same window as idx
+        labels[0, 4:] = IGNORE_INDEX  # a padded tail in one row
+        labels[1, 2] = IGNORE_INDEX
+        if next(huge):
+            logits = logits + 100.0  # exp(100) overflows float32
+            logits[2, 0, labels[2, 1]] -= 200.0  # the true token is given p ~ e^-200
+        return logits, labels
+
+    return make
+
+
+def check_lm_loss(lm_loss: Callable) -> CheckResult:
+    """Run `lm_loss(logits, labels)` on random [3, 6, 7] logits with some labels set to -100."""
+
+    def run(*inputs):
+        try:
+            return lm_loss(*inputs)
+        except (IndexError, RuntimeError) as e:
+            # An id of -100 used as an index: the ignored labels were not left out.
+            if "-100" in str(e) and not isinstance(e, NotImplementedError):
+                raise type(e)(f"{e}. {IGNORE_HINT}") from None
+            raise
+
+    return compare("lm_loss", run, solution_lm_loss, _lm_loss_inputs(), mistakes=LM_LOSS_MISTAKES)

@@ -1,0 +1,106 @@
+"""Chapter 06, the position-wise MLP: d -> 4d -> d with a nonlinearity in between.
+
+The reader writes `mlp_forward(x, w_fc, w_proj, activation)` for x [B, n, d], the weights in
+nn.Linear's [out, in] layout (w_fc [4d, d], w_proj [d, 4d]) and an activation function such as
+`F.relu` or `F.gelu`, and returns activation(x @ w_fc^T) @ w_proj^T, shape [B, n, d].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from gptlib.exercises.checking import CheckResult, compare
+
+__all__ = ["check_mlp", "solution_mlp"]
+
+Activation = Callable[[torch.Tensor], torch.Tensor]
+
+
+def solution_mlp(
+    x: torch.Tensor, w_fc: torch.Tensor, w_proj: torch.Tensor, activation: Activation
+) -> torch.Tensor:
+    hidden = activation(x @ w_fc.T)  # [B, n, d] @ [d, 4d] -> [B, n, 4d]
+    return hidden @ w_proj.T  # [B, n, 4d] @ [4d, d] -> [B, n, d]
+
+
+def _no_activation(x, w_fc, w_proj, activation):
+    return x @ w_fc.T @ w_proj.T
+
+
+def _activation_after_second(x, w_fc, w_proj, activation):
+    return activation(x @ w_fc.T @ w_proj.T)
+
+
+def _activation_twice(x, w_fc, w_proj, activation):
+    return activation(activation(x @ w_fc.T) @ w_proj.T)
+
+
+def _always_relu(x, w_fc, w_proj, activation):
+    return F.relu(x @ w_fc.T) @ w_proj.T
+
+
+def _swapped_weights(x, w_fc, w_proj, activation):
+    # Shapes happen to fit: [B, n, d] @ [d, 4d] @ [4d, d]; the roles of the two tables are wrong.
+    return activation(x @ w_proj) @ w_fc
+
+
+TRANSPOSE_HINT = (
+    "nn.Linear stores its weight as [out, in], so a layer computes x @ weight.T: the first layer "
+    "is x @ w_fc.T ([B, n, d] -> [B, n, 4d]), the second hidden @ w_proj.T"
+)
+
+MISTAKES = [
+    (
+        "the activation is missing: without it the two layers collapse into the single matrix "
+        "w_proj @ w_fc; apply activation to the hidden [B, n, 4d] tensor",
+        _no_activation,
+    ),
+    (
+        "the activation comes after the second layer; it belongs between the layers, on the "
+        "hidden [B, n, 4d] tensor, and the output of w_proj is returned as it is",
+        _activation_after_second,
+    ),
+    (
+        "the activation is applied after both layers; use it once, on the hidden [B, n, 4d] "
+        "tensor only",
+        _activation_twice,
+    ),
+    (
+        "ReLU is used whatever `activation` is passed; call the given function (it may be F.gelu)",
+        _always_relu,
+    ),
+    (f"the two weight tables play swapped roles. {TRANSPOSE_HINT}", _swapped_weights),
+]
+
+
+def _inputs() -> Callable[[torch.Generator], tuple]:
+    # Trials alternate ReLU and GELU, so ignoring the given activation is caught.
+    activations = iter([F.relu, F.gelu, F.relu, F.gelu])
+
+    def make(g: torch.Generator) -> tuple:
+        d = 8
+        x = torch.randn(2, 5, d, generator=g)  # [B, n, d]
+        w_fc = torch.randn(4 * d, d, generator=g) / d**0.5  # [4d, d]
+        w_proj = torch.randn(d, 4 * d, generator=g) / (4 * d) ** 0.5  # [d, 4d]
+        return x, w_fc, w_proj, next(activations)
+
+    return make
+
+
+def check_mlp(mlp_forward: Callable) -> CheckResult:
+    """Run `mlp_forward(x, w_fc, w_proj, activation)` on random [2, 5, 8] inputs with ReLU and
+    GELU."""
+
+    def run(*inputs):
+        try:
+            return mlp_forward(*inputs)
+        except RuntimeError as e:
+            # Forgetting the transpose makes the matmul shapes disagree: name the cause.
+            if "cannot be multiplied" in str(e):
+                raise RuntimeError(f"{e}. {TRANSPOSE_HINT}") from None
+            raise
+
+    return compare("mlp", run, solution_mlp, _inputs(), mistakes=MISTAKES, trials=4)

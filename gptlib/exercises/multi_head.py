@@ -1,0 +1,101 @@
+"""Chapter 04, multi-head attention: cutting [B, n, d] into heads and gluing them back.
+
+`split_heads(x, n_head)`: [B, n, d] -> [B, h, n, d_h], head i owning features i*d_h..(i+1)*d_h-1.
+`merge_heads(y)`: [B, h, n, d_h] -> [B, n, d], the inverse.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gptlib.exercises.checking import CheckResult, compare
+
+__all__ = [
+    "check_merge_heads",
+    "check_split_heads",
+    "solution_merge_heads",
+    "solution_split_heads",
+]
+
+
+def solution_split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
+    B, n, d = x.shape
+    # View the last axis as [h, d_h] first, so each position keeps its own features, then move
+    # the head axis in front of the positions.
+    return x.view(B, n, n_head, d // n_head).transpose(1, 2)  # [B, h, n, d_h]
+
+
+def solution_merge_heads(y: torch.Tensor) -> torch.Tensor:
+    B, h, n, d_h = y.shape
+    # reshape, not view: after the transpose the memory is no longer in [B, n, h, d_h] order.
+    return y.transpose(1, 2).reshape(B, n, h * d_h)  # [B, n, d]
+
+
+def _split_without_transpose(x, n_head):
+    B, n, d = x.shape
+    return x.reshape(B, n_head, n, d // n_head)
+
+
+def _split_interleaved(x, n_head):
+    # Feature f goes to head f % h instead of head f // d_h.
+    B, n, d = x.shape
+    return x.view(B, n, d // n_head, n_head).permute(0, 3, 1, 2)
+
+
+def _merge_without_transpose(y):
+    B, h, n, d_h = y.shape
+    return y.reshape(B, n, h * d_h)
+
+
+def _merge_interleaved(y):
+    B, h, n, d_h = y.shape
+    return y.permute(0, 2, 3, 1).reshape(B, n, h * d_h)
+
+
+SPLIT_MISTAKES = [
+    (
+        "x was reshaped straight to [B, h, n, d_h], which cuts the sequence into pieces and mixes "
+        "positions; view it as [B, n, h, d_h] first, then transpose(1, 2)",
+        _split_without_transpose,
+    ),
+    (
+        "the features are dealt out to the heads in turn (feature f to head f % h); head i owns "
+        "the consecutive features i*d_h .. (i+1)*d_h - 1: view(B, n, h, d_h)",
+        _split_interleaved,
+    ),
+]
+
+MERGE_MISTAKES = [
+    (
+        "y was reshaped to [B, n, d] without moving the head axis back; transpose(1, 2) to "
+        "[B, n, h, d_h] first, then reshape (the transpose makes .view fail, .reshape copies)",
+        _merge_without_transpose,
+    ),
+    (
+        "the heads' features are interleaved; each head's d_h features must stay side by side: "
+        "y.transpose(1, 2).reshape(B, n, d)",
+        _merge_interleaved,
+    ),
+]
+
+
+def _split_inputs(g: torch.Generator) -> tuple[torch.Tensor, int]:
+    return torch.randn(2, 5, 12, generator=g), 3  # [B, n, d], h = 3 heads of d_h = 4
+
+
+def _merge_inputs(g: torch.Generator) -> tuple[torch.Tensor]:
+    return (torch.randn(2, 3, 5, 4, generator=g),)  # [B, h, n, d_h]
+
+
+def check_split_heads(split_heads) -> CheckResult:
+    """Run `split_heads(x, n_head)` on random [2, 5, 12] inputs with 3 heads."""
+    return compare(
+        "split_heads", split_heads, solution_split_heads, _split_inputs, mistakes=SPLIT_MISTAKES
+    )
+
+
+def check_merge_heads(merge_heads) -> CheckResult:
+    """Run `merge_heads(y)` on random [2, 3, 5, 4] inputs."""
+    return compare(
+        "merge_heads", merge_heads, solution_merge_heads, _merge_inputs, mistakes=MERGE_MISTAKES
+    )

@@ -1,0 +1,384 @@
+"""Tables of shapes: every tensor of one real forward pass, and every parameter, each with its
+size in numbers and in the textbook's letters.
+
+The shapes are never written by hand. `shape_table` runs the model once with forward hooks and
+records what actually flows. The few tensors that live only inside the attention's `forward`
+(the per-head q, k, v, the scores, the weights) are rebuilt from hooked values with the module's
+own `split_heads`, its kept weights (`keep_weights`) and its mask buffer, and are checked against
+what the module really produced.
+
+Letters are assigned from the config (T, V, d, h, d_h, L, 3d, 4d) and from the batch shape
+(B, n): each size is matched with the letters of that size. When two letters have the same size
+(n = T for a full training window, h = d_h in microgpt), the tensor's role decides: the q/k/v of
+one head are [B, h, n, d_h] by construction, so a tie is resolved in that order.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from gptlib.config import GPTConfig
+from gptlib.model import GPT, IGNORE_INDEX
+
+# ---------------------------------------------------------------------------------------------
+# A small table that prints as text and renders as HTML in Jupyter
+
+
+class Table:
+    """Rows of values under named columns. Values are shown as given (format numbers first).
+
+    `print(table)` gives aligned text; Jupyter shows the HTML version."""
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence],
+        title: str | None = None,
+        footer: str | None = None,
+    ):
+        self.columns = list(columns)
+        self.rows = [list(row) for row in rows]
+        for row in self.rows:
+            if len(row) != len(self.columns):
+                raise ValueError(
+                    f"row {row!r} has {len(row)} values for {len(self.columns)} columns"
+                )
+        self.title = title
+        self.footer = footer
+
+    def to_dicts(self) -> list[dict]:
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+    def column(self, name: str) -> list:
+        i = self.columns.index(name)
+        return [row[i] for row in self.rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __str__(self) -> str:
+        cells = [self.columns] + [[str(v) for v in row] for row in self.rows]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(self.columns))]
+        # Numbers line up on the right, words on the left.
+        numeric = [
+            all(isinstance(row[i], (int, float)) for row in self.rows) and bool(self.rows)
+            for i in range(len(self.columns))
+        ]
+
+        def line(values):
+            parts = [
+                v.rjust(w) if num else v.ljust(w)
+                for v, w, num in zip(values, widths, numeric, strict=True)
+            ]
+            return "  ".join(parts).rstrip()
+
+        out = [self.title] if self.title else []
+        out += [line(self.columns), "  ".join("-" * w for w in widths)]
+        out += [line(row) for row in cells[1:]]
+        if self.footer:
+            out.append(self.footer)
+        return "\n".join(out)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in row) + "</tr>" for row in self.rows
+        )
+        caption = f"<caption>{esc(self.title)}</caption>" if self.title else ""
+        footer = f"<p>{esc(self.footer)}</p>" if self.footer else ""
+        return (
+            f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{footer}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes to letters
+
+
+def letter_sizes(cfg: GPTConfig, B: int | None = None, n: int | None = None) -> dict[str, int]:
+    """Every letter the tables use, with its size. The order is the default tie-break."""
+    sizes = {}
+    if B is not None:
+        sizes["B"] = B
+    if n is not None:
+        sizes["n"] = n
+    d = cfg.n_embd
+    sizes.update({"h": cfg.n_head, "d_h": cfg.head_dim, "d": d, "3d": 3 * d, "4d": 4 * d})
+    sizes.update({"V": cfg.vocab_size, "T": cfg.block_size, "L": cfg.n_layer})
+    if n is not None:
+        sizes["n-1"] = n - 1  # the shifted logits / labels inside the loss
+        if B is not None:
+            sizes["B(n-1)"] = B * (n - 1)  # the same, flattened for cross_entropy
+    return sizes
+
+
+def symbolic_shape(
+    shape: Sequence[int],
+    cfg: GPTConfig,
+    B: int | None = None,
+    n: int | None = None,
+    hint: Sequence[str] | None = None,
+) -> str:
+    """A concrete shape in letters: (16, 64, 384) -> "[B, n, 3d]" for the chapter-3 config.
+
+    Each size becomes the letter of that size (from `cfg`, and from B and n when given); a size
+    no letter has stays a number. `hint` (one letter per dimension, the tensor's role) only breaks
+    ties between letters of equal size: it can never give a dimension a letter of another size.
+    """
+    shape = tuple(int(s) for s in shape)
+    if hint is not None and len(hint) != len(shape):
+        raise ValueError(f"hint {tuple(hint)} has {len(hint)} letters for shape {shape}")
+    sizes = letter_sizes(cfg, B, n)
+    out = []
+    for i, size in enumerate(shape):
+        candidates = [letter for letter, s in sizes.items() if s == size]
+        if hint is not None and hint[i] in candidates:
+            out.append(hint[i])
+        elif candidates:
+            out.append(candidates[0])
+        else:
+            out.append(str(size))
+    return "[" + ", ".join(out) + "]"
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _legend(cfg: GPTConfig, B: int | None = None, n: int | None = None) -> str:
+    sizes = letter_sizes(cfg, B, n)
+    order = ("B", "n", "T", "V", "d", "h", "d_h", "L")  # the textbook's table of letters
+    return ", ".join(f"{k}={sizes[k]}" for k in order if k in sizes)
+
+
+# ---------------------------------------------------------------------------------------------
+# One forward pass, every tensor
+
+
+SHAPE_COLUMNS = ["step", "tensor", "shape", "symbolic", "dtype", "elements"]
+
+
+@torch.no_grad()
+def shape_table(model: GPT, idx: torch.Tensor, labels: torch.Tensor | None = None) -> Table:
+    """Run `model(idx, labels)` once and list every tensor on the way, in the order computed.
+
+    Columns: step | tensor | shape | symbolic | dtype | elements. The pass runs in eval mode
+    (dropout off, so the kept attention weights are the ones applied) and without gradients.
+    With labels, the loss's own steps follow: the shifted logits and labels, flattened, and the
+    scalar loss (recomputed with GPT.loss's slicing and checked equal to the model's loss).
+    """
+    cfg = model.cfg
+    B, n = idx.shape
+    rows: list[list] = []
+
+    def add(step: str, name: str, t: torch.Tensor, hint: Sequence[str]) -> None:
+        rows.append(
+            [step, name, _shape(t), symbolic_shape(t.shape, cfg, B, n, hint), _dtype(t), t.numel()]
+        )
+
+    handles = []
+
+    def before(module, fn):
+        handles.append(module.register_forward_pre_hook(lambda m, args: fn(args[0])))
+
+    def after(module, fn):
+        handles.append(module.register_forward_hook(lambda m, args, out: fn(args[0], out)))
+
+    BND = ("B", "n", "d")
+    add("input", "idx", idx, ("B", "n"))
+    if labels is not None:
+        add("input", "labels (the same window; shifted inside the loss)", labels, ("B", "n"))
+    after(model.tok_emb, lambda i, out: add("embedding", "tok_emb(idx)", out, BND))
+    before(model.pos_emb, lambda pos: add("embedding", "pos = arange(n)", pos, ("n",)))
+    after(model.pos_emb, lambda i, out: add("embedding", "pos_emb(pos)", out, ("n", "d")))
+    before(model.drop, lambda x: add("embedding", "tok_emb(idx) + pos_emb(pos)", x, BND))
+    after(model.drop, lambda i, out: add("embedding", "x = drop(...)", out, BND))
+
+    pre = cfg.norm_placement == "pre"
+    for layer, block in enumerate(model.blocks):
+        _hook_attention(block.attn, f"block {layer} attention", n, add, before, after)
+        res = f"block {layer} residual + norm"
+        mlp = f"block {layer} MLP"
+        if pre:  # x = x + attn(ln1(x)); x = x + mlp(ln2(x))
+            after(
+                block.ln1, lambda i, out, s=f"block {layer} attention": add(s, "ln1(x)", out, BND)
+            )
+            before(block.ln2, lambda x, s=res: add(s, "x + attn(ln1(x))", x, BND))
+            after(block.ln2, lambda i, out, s=mlp: add(s, "ln2(x)", out, BND))
+            after(block, lambda i, out, s=res: add(s, "x + mlp(ln2(x)) = block output", out, BND))
+        else:  # x = ln1(x + attn(x)); x = ln2(x + mlp(x))
+            before(block.ln1, lambda x, s=res: add(s, "x + attn(x)", x, BND))
+            after(block.ln1, lambda i, out, s=res: add(s, "ln1(x + attn(x))", out, BND))
+            before(block.ln2, lambda x, s=res: add(s, "x + mlp(x)", x, BND))
+            after(
+                block.ln2, lambda i, out, s=res: add(s, "ln2(x + mlp(x)) = block output", out, BND)
+            )
+        act = cfg.activation
+        after(block.mlp.fc, lambda i, out, s=mlp: add(s, "fc(x)", out, ("B", "n", "4d")))
+        # The activation is a plain function, invisible to hooks; it is what mlp.proj receives.
+        before(block.mlp.proj, lambda h, s=mlp, a=act: add(s, f"{a}(fc(x))", h, ("B", "n", "4d")))
+        after(block.mlp, lambda i, out, s=mlp: add(s, "mlp(x) = proj(...)", out, BND))
+
+    after(model.ln_f, lambda i, out: add("output", "ln_f(x)", out, BND))
+    captured = {}
+
+    def on_logits(i, out):
+        captured["logits"] = out
+        add("output", "logits = lm_head(ln_f(x))", out, ("B", "n", "V"))
+
+    after(model.lm_head, on_logits)
+
+    attns = [block.attn for block in model.blocks]
+    was_training = model.training
+    model.eval()
+    for a in attns:
+        a.keep_weights = True  # the manual path, which keeps its softmax weights
+    try:
+        _, loss = model(idx, labels)
+    finally:
+        for h in handles:
+            h.remove()
+        for a in attns:
+            a.keep_weights, a.weights = False, None
+        model.train(was_training)
+
+    if labels is not None:
+        logits = captured["logits"]
+        V = logits.size(-1)
+        shifted, targets = logits[:, :-1], labels[:, 1:]  # the slicing of GPT.loss
+        add("loss", "logits[:, :-1] (no label after the last position)", shifted, ("B", "n-1", "V"))
+        add("loss", "labels[:, 1:] (no prediction for the first token)", targets, ("B", "n-1"))
+        flat_logits, flat_targets = shifted.reshape(-1, V), targets.reshape(-1)
+        add("loss", "logits reshaped", flat_logits, ("B(n-1)", "V"))
+        add("loss", "labels reshaped", flat_targets, ("B(n-1)",))
+        again = F.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX)
+        _check(torch.allclose(again, loss), "the recomputed loss differs from the model's loss")
+        add("loss", "loss = cross_entropy(...) (mean over positions)", loss, ())
+
+    title = f"One forward pass: {_legend(cfg, B, n)}"
+    footer = (
+        "Letters come from the config and the batch shape; where two letters have the same size, "
+        "the tensor's role decides."
+    )
+    return Table(SHAPE_COLUMNS, rows, title, footer)
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise RuntimeError(f"shape_table: {what}; the attention code and this table disagree")
+
+
+def _hook_attention(attn, step: str, n: int, add, before, after) -> None:
+    """Rows for the inside of one CausalSelfAttention, from its own pieces.
+
+    Hooks see qkv's output and proj's input. In between, the module splits the heads, scores,
+    masks and takes the softmax; those tensors are rebuilt from qkv's output with the module's
+    own `split_heads` and `future` buffer, and checked against the weights the module kept and
+    against what proj received."""
+    state = {}
+
+    def on_qkv(x, out):
+        add(step, "qkv(x)", out, ("B", "n", "3d"))
+        d = x.size(-1)
+        q, k, v = (attn.split_heads(t) for t in out.split(d, dim=2))  # as in forward
+        add(step, "q, k, v = split_heads(...) (each)", q, ("B", "h", "n", "d_h"))
+        kt = k.transpose(-2, -1)
+        add(step, "k.transpose(-2, -1)", kt, ("B", "h", "d_h", "n"))
+        scores = (q @ kt) / math.sqrt(attn.head_dim)
+        add(step, "scores = q @ kᵀ / √d_h", scores, ("B", "h", "n", "n"))
+        state.update(scores=scores, v=v)
+
+    def on_proj_input(y_merged):
+        mask = attn.future[:n, :n]  # a slice of the [T, T] buffer
+        add(step, "future[:n, :n] (True = masked)", mask, ("n", "n"))
+        weights = attn.weights  # kept by the module during this very pass
+        again = state["scores"].masked_fill(mask, float("-inf")).softmax(dim=-1)
+        _check(
+            torch.allclose(again, weights, atol=1e-6),
+            "softmax of the masked scores is not the kept weights",
+        )
+        add(step, "weights = softmax(masked scores)", weights, ("B", "h", "n", "n"))
+        y = weights @ state["v"]
+        add(step, "weights @ v", y, ("B", "h", "n", "d_h"))
+        y = y.transpose(1, 2)
+        add(step, "transpose(1, 2)", y, ("B", "n", "h", "d_h"))
+        _check(
+            torch.allclose(y.reshape(y_merged.shape), y_merged, atol=1e-6),
+            "weights @ v is not what proj received",
+        )
+        add(step, "heads side by side (view)", y_merged, ("B", "n", "d"))
+
+    after(attn.qkv, on_qkv)
+    before(attn.proj, on_proj_input)
+    after(attn, lambda x, out: add(step, "attn(x) = proj(...)", out, ("B", "n", "d")))
+
+
+# ---------------------------------------------------------------------------------------------
+# Every parameter
+
+# The role of each parameter, by the end of its name: only used to break ties between letters.
+_PARAMETER_ROLES = {
+    "tok_emb.weight": ("V", "d"),
+    "pos_emb.weight": ("T", "d"),
+    "lm_head.weight": ("V", "d"),
+    "attn.qkv.weight": ("3d", "d"),
+    "attn.qkv.bias": ("3d",),
+    "attn.proj.weight": ("d", "d"),
+    "mlp.fc.weight": ("4d", "d"),
+    "mlp.fc.bias": ("4d",),
+    "mlp.proj.weight": ("d", "4d"),
+}
+
+
+def _role(name: str, ndim: int):
+    for suffix, hint in _PARAMETER_ROLES.items():
+        if name.endswith(suffix):
+            return hint
+    return ("d",) * ndim  # norms' gains and biases, the projections' biases
+
+
+PARAMETER_COLUMNS = ["name", "shape", "symbolic", "count", "shared with"]
+
+
+def parameter_table(model: GPT) -> Table:
+    """Every parameter by name. A tied tensor (lm_head.weight is tok_emb.weight) is listed under
+    each name but counted once, under the first, so the counts add up to `.total`, which equals
+    `model.num_parameters()`."""
+    cfg = model.cfg
+    owners: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(p), []).append(name)
+    rows, total = [], 0
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names = owners[id(p)]
+        count = p.numel() if names[0] == name else 0  # a shared tensor counts once
+        total += count
+        others = ", ".join(o for o in names if o != name)
+        rows.append(
+            [
+                name,
+                _shape(p),
+                symbolic_shape(p.shape, cfg, hint=_role(name, p.dim())),
+                count,
+                others,
+            ]
+        )
+    buffers = sorted({f"{_shape(b)} {_dtype(b)}" for _, b in model.named_buffers()})
+    footer = f"total: {total:,} parameters (a shared tensor counted once)"
+    if buffers:
+        footer += f"; buffers, not parameters: {len(list(model.buffers()))} x {', '.join(buffers)}"
+    table = Table(PARAMETER_COLUMNS, rows, f"Parameters: {_legend(cfg)}", footer)
+    table.total = total
+    return table

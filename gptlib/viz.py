@@ -1,0 +1,468 @@
+"""Pictures of what a GPT computes: attention maps, loss curves, probability bars, embeddings.
+
+Every function takes plain tensors or lists (never a model) and returns a matplotlib `Figure`.
+Nothing here calls `plt.show()`: in a notebook the figure is shown by being the last expression
+of a cell (or by `display(fig)`). Each figure is closed in pyplot right after it is created, so
+the notebook's inline backend does not draw it a second time at the end of the cell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+FIGSIZE = (6.0, 3.6)  # one compact size for every single-panel figure in the course
+PANEL = 1.7  # inches per panel in a grid of attention maps
+MAX_GRID_COLUMNS = 4  # a single row of more heads than this wraps onto several rows
+HIGHLIGHT = "tab:orange"
+PLAIN = "tab:blue"
+
+
+def _new_figure(nrows: int = 1, ncols: int = 1, figsize=FIGSIZE) -> tuple[Figure, np.ndarray]:
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
+    plt.close(fig)  # drop pyplot's reference: the caller shows the figure once, by returning it
+    return fig, axes
+
+
+def _array(values) -> np.ndarray:
+    """Any tensor / list / array as a float numpy array on the CPU."""
+    if isinstance(values, torch.Tensor):
+        return values.detach().to("cpu", torch.float64).numpy()
+    return np.asarray(values, dtype=np.float64)
+
+
+def _labels(tokens: str | Sequence[str], n: int) -> list[str]:
+    labels = list(tokens)
+    if len(labels) != n:
+        raise ValueError(f"got {len(labels)} token labels for a {n} x {n} attention map")
+    return [str(t) for t in labels]
+
+
+def _highlighted(highlight, labels: Sequence[str]) -> set[int]:
+    """Positions to colour: `highlight` may be an index, a label, or a list of either."""
+    if highlight is None:
+        return set()
+    items = highlight if isinstance(highlight, (list, tuple, set)) else [highlight]
+    out = set()
+    for item in items:
+        if isinstance(item, str):
+            if item not in labels:
+                raise ValueError(f"highlight {item!r} is not one of the labels")
+            out.add(list(labels).index(item))
+        else:
+            out.add(int(item))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+
+
+def masked_future(weights) -> np.ndarray:
+    """The weights as an array with NaN where a query may not look (above the diagonal, where
+    the causal mask left an exact 0), so the picture shows those cells empty, not as 'zero'."""
+    w = _array(weights).copy()  # [..., n, n]
+    future = np.triu(np.ones(w.shape[-2:], dtype=bool), k=1)  # True above the diagonal
+    w[np.broadcast_to(future, w.shape) & (w == 0)] = np.nan
+    return w
+
+
+def _attention_cmap():
+    return plt.get_cmap("viridis").with_extremes(bad="white")  # NaN = masked future: empty paper
+
+
+def _draw_attention(ax: Axes, weights: np.ndarray, labels: list[str], xticks=True, yticks=True):
+    n = weights.shape[-1]
+    im = ax.imshow(weights, cmap=_attention_cmap(), vmin=0.0, vmax=1.0, interpolation="nearest")
+    ax.set_xticks(range(n), labels if xticks else [""] * n, fontsize=8)
+    ax.set_yticks(range(n), labels if yticks else [""] * n, fontsize=8)
+    ax.tick_params(length=0)
+    return im
+
+
+def plot_attention(weights, tokens, title: str | None = None, ax: Axes | None = None) -> Figure:
+    """One attention map. weights: [n, n], row = query position, column = key position;
+    tokens: str or list of n symbols labelling both axes."""
+    w = _array(weights)
+    if w.ndim != 2 or w.shape[0] != w.shape[1]:
+        raise ValueError(f"plot_attention wants one [n, n] map, got shape {tuple(w.shape)}")
+    labels = _labels(tokens, w.shape[0])
+    if ax is None:
+        fig, axes = _new_figure(figsize=(4.6, 3.8))
+        ax = axes[0, 0]
+    else:
+        fig = ax.figure
+    im = _draw_attention(ax, masked_future(w), labels)
+    ax.set_xlabel("key: the token looked at")
+    ax.set_ylabel("query: the token looking")
+    ax.set_title(title or "Attention weights (white = masked future)")
+    fig.colorbar(im, ax=ax, label="attention weight (0 to 1)")
+    return fig
+
+
+def plot_attention_grid(
+    weights, tokens, title: str | None = None, layer_names: Sequence[str] | None = None
+) -> Figure:
+    """Many heads at once. weights: [h, n, n] (one row of heads) or [L, h, n, n] (one row per
+    layer, one column per head). A single row of more than 4 heads wraps onto rows of 4."""
+    w = _array(weights)
+    if w.ndim == 3:
+        w = w[None]  # [1, h, n, n]
+    if w.ndim != 4 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"plot_attention_grid wants [h, n, n] or [L, h, n, n], got {w.shape}")
+    L, h, n, _ = w.shape
+    labels = _labels(tokens, n)
+    if layer_names is not None and len(layer_names) != L:
+        raise ValueError(f"got {len(layer_names)} layer names for {L} layers")
+    # Panels in reading order: layer by layer, head by head.
+    panels = [(layer, head) for layer in range(L) for head in range(h)]
+    ncols = h if (L > 1 or h <= MAX_GRID_COLUMNS) else MAX_GRID_COLUMNS
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = _new_figure(nrows, ncols, figsize=(PANEL * ncols + 1.0, PANEL * nrows + 0.6))
+    shown = masked_future(w)
+    im = None
+    for i, ax in enumerate(axes.flat):
+        if i >= len(panels):
+            ax.set_axis_off()
+            continue
+        layer, head = panels[i]
+        row, col = divmod(i, ncols)
+        im = _draw_attention(
+            ax, shown[layer, head], labels, xticks=row == nrows - 1, yticks=col == 0
+        )
+        name = layer_names[layer] if layer_names is not None else f"layer {layer}"
+        ax.set_title(f"{name}, head {head}" if L > 1 else f"head {head}", fontsize=9)
+    fig.supxlabel("key: the token looked at", fontsize=9)
+    fig.supylabel("query: the token looking", fontsize=9)
+    fig.suptitle(title or f"Attention weights, {L} layer(s) x {h} head(s)")
+    fig.colorbar(im, ax=axes.ravel().tolist(), label="attention weight", shrink=0.8)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrices, curves and bars
+
+
+def plot_heatmap(
+    matrix,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    cbar_label: str | None = None,
+    cmap: str = "viridis",
+    center_zero: bool = False,
+    annotate: bool = False,
+) -> Figure:
+    """Any 2-D tensor as coloured cells (an embedding table, q.k scores, a weight matrix).
+
+    center_zero: symmetric colour limits around 0, and a diverging colour map (red above zero,
+    blue below) unless another `cmap` is given: signs are then visible at a glance."""
+    m = _array(matrix)
+    if m.ndim != 2:
+        raise ValueError(f"plot_heatmap wants a 2-D matrix, got shape {m.shape}")
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    limits = {}
+    if center_zero:
+        bound = float(np.nanmax(np.abs(m))) or 1.0
+        limits = {"vmin": -bound, "vmax": bound}
+        cmap = "RdBu_r" if cmap == "viridis" else cmap
+    im = ax.imshow(m, cmap=cmap, aspect="auto", interpolation="nearest", **limits)
+    for labels, set_ticks, size in (
+        (row_labels, ax.set_yticks, m.shape[0]),
+        (col_labels, ax.set_xticks, m.shape[1]),
+    ):
+        if labels is not None:
+            if len(labels) != size:
+                raise ValueError(f"got {len(labels)} labels for {size} rows/columns")
+            set_ticks(range(size), [str(s) for s in labels], fontsize=7)
+    if annotate:
+        for (r, c), value in np.ndenumerate(m):
+            ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=6, color="white")
+    ax.set_title(title or f"Matrix [{m.shape[0]}, {m.shape[1]}]")
+    ax.set_xlabel(xlabel or f"column (0..{m.shape[1] - 1})")
+    ax.set_ylabel(ylabel or f"row (0..{m.shape[0] - 1})")
+    fig.colorbar(im, ax=ax, label=cbar_label or "value")
+    return fig
+
+
+def plot_curves(
+    x,
+    ys: Mapping[str, Sequence[float]],
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    logx: bool = False,
+    logy: bool = False,
+    hlines: Mapping[str, float] | None = None,
+    styles: Mapping[str, dict] | None = None,
+) -> Figure:
+    """Several y(x) curves on one axes. ys: label -> values (as long as x); hlines: label -> y,
+    drawn dashed across; styles: label -> extra keyword arguments for that curve's `plot`."""
+    xs = _array(x)
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    for label, values in ys.items():
+        values = _array(values)
+        if len(values) != len(xs):
+            raise ValueError(f"curve {label!r} has {len(values)} values for {len(xs)} x values")
+        ax.plot(xs, values, label=label, **(styles or {}).get(label, {}))
+    for label, y in (hlines or {}).items():
+        ax.axhline(float(y), linestyle="--", color="gray", linewidth=1, label=label)
+    ax.set_xscale("log" if logx else "linear")
+    ax.set_yscale("log" if logy else "linear")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _draw_bars(ax: Axes, values: np.ndarray, labels: Sequence[str], highlight=None) -> None:
+    labels = [str(s) for s in labels]
+    if len(labels) != len(values):
+        raise ValueError(f"got {len(labels)} labels for {len(values)} bars")
+    marked = _highlighted(highlight, labels)
+    colors = [HIGHLIGHT if i in marked else PLAIN for i in range(len(values))]
+    ax.bar(range(len(values)), values, color=colors)
+    ax.set_xticks(range(len(values)), labels, fontsize=8 if len(values) <= 30 else 6)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plot_bars(
+    values,
+    labels: Sequence[str],
+    title: str,
+    ylabel: str,
+    xlabel: str | None = None,
+    highlight=None,
+) -> Figure:
+    """One bar per label; `highlight` (an index, a label or a list of them) is drawn in orange."""
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    _draw_bars(ax, _array(values).reshape(-1), labels, highlight)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    return fig
+
+
+def plot_next_token_probs(
+    probs,
+    labels: Sequence[str],
+    title: str | None = None,
+    temperature: float | None = None,
+    highlight=None,
+) -> Figure:
+    """The next-token distribution: probs [V] over the V symbols in `labels`."""
+    p = _array(probs).reshape(-1)
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    _draw_bars(ax, p, labels, highlight)
+    ax.set_ylim(0, max(1e-9, float(p.max())) * 1.1)
+    heading = title or "Next-token probabilities"
+    if temperature is not None:
+        heading += (
+            " (greedy, temperature 0)" if temperature == 0 else f" (temperature {temperature:g})"
+        )
+    ax.set_title(heading)
+    ax.set_xlabel("next token")
+    ax.set_ylabel("probability")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Training curves
+
+
+def uniform_loss(vocab_size: int) -> float:
+    """ln V: the cross-entropy of a model that gives every symbol probability 1/V."""
+    return math.log(vocab_size)
+
+
+def _draw_loss(ax: Axes, history, vocab_size=None, title="Training loss", baseline=None) -> None:
+    ax.plot(history.step, history.loss, label="train", color=PLAIN, linewidth=1, alpha=0.8)
+    if history.val_step:
+        ax.plot(
+            history.val_step, history.val_loss, "o-", label="val", color=HIGHLIGHT, markersize=3
+        )
+    if vocab_size is not None:
+        ax.axhline(
+            uniform_loss(vocab_size),
+            linestyle="--",
+            color="gray",
+            linewidth=1,
+            label="uniform guess ln V",
+        )
+    for label, y in (baseline or {}).items():
+        ax.axhline(float(y), linestyle="--", color="tab:green", linewidth=1, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss (nats per token)")
+    ax.set_title(title + (" (interrupted)" if getattr(history, "interrupted", False) else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def plot_loss(
+    history, vocab_size: int | None = None, title: str = "Training loss", baseline=None
+) -> Figure:
+    """Train loss per step and val loss at its evaluation steps, from a `gptlib.train.History`.
+    A dashed line marks ln V, the loss of a uniform guess: a model starts near it."""
+    fig, axes = _new_figure()
+    _draw_loss(axes[0, 0], history, vocab_size, title, baseline)
+    return fig
+
+
+def _in_ipython() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
+def _display(fig: Figure):
+    """Show a figure in a notebook and return the handle that updates it in place."""
+    from IPython.display import display
+
+    return display(fig, display_id=True)
+
+
+class LiveLossPlot:
+    """A loss plot that redraws in place while `train(..., callback=live)` runs.
+
+        with LiveLossPlot(vocab_size=27) as live:
+            history = train(model, tokens, steps=500, callback=live)
+
+    Every `every` steps the figure is redrawn through one IPython display handle (so the cell
+    shows one picture that changes, not hundreds). `finish()` (called on leaving the `with`,
+    also after Ctrl-C) draws the final curve, leaves it in the cell as a static image and returns
+    the Figure. Outside IPython the in-between redraws are skipped.
+    """
+
+    def __init__(self, vocab_size: int | None = None, every: int = 25, baseline=None):
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
+        self.vocab_size = vocab_size
+        self.every = every
+        self.baseline = baseline
+        self.history = None  # the History last seen
+        self.fig, axes = _new_figure()
+        self.ax = axes[0, 0]
+        self.handle = None  # IPython display handle, created at the first redraw
+        self.redraws = 0
+        self.interrupted = False
+
+    def __call__(self, history) -> None:
+        self.history = history
+        if (len(history) - 1) % self.every == 0 and _in_ipython():
+            self._redraw()
+
+    def _redraw(self) -> None:
+        self.ax.clear()
+        if self.history is not None:
+            title = "Training loss" + (" (stopped by Ctrl-C)" if self.interrupted else "")
+            _draw_loss(self.ax, self.history, self.vocab_size, title, self.baseline)
+        self.redraws += 1
+        if _in_ipython():
+            if self.handle is None:
+                self.handle = _display(self.fig)
+            else:
+                self.handle.update(self.fig)
+
+    def finish(self) -> Figure:
+        """Draw the last state and return the Figure (already shown in a notebook: keep the
+        return value, e.g. `fig = live.finish()`, rather than making it a cell's last line)."""
+        self._redraw()
+        return self.fig
+
+    def __enter__(self) -> LiveLossPlot:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.interrupted = exc_type is KeyboardInterrupt
+        self.finish()
+        return False  # never swallow an exception
+
+
+def plot_lr_schedule(steps, lrs, title: str = "Learning-rate schedule") -> Figure:
+    """Learning rate against step (e.g. from `gptlib.train.learning_rate`)."""
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    ax.plot(_array(steps), _array(lrs), color=PLAIN)
+    ax.set_xlabel("step")
+    ax.set_ylabel("learning rate")
+    ax.set_title(title)
+    ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_grad_norm(history, clip: float | None = None, title: str = "Gradient norm") -> Figure:
+    """The global gradient norm before clipping, per step; the clip threshold dashed (taken from
+    `history.clip` unless given)."""
+    clip = clip if clip is not None else getattr(history, "clip", None)
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    ax.plot(history.step, history.grad_norm, color=PLAIN, linewidth=1, label="norm before clipping")
+    if clip is not None:
+        ax.axhline(
+            float(clip), linestyle="--", color="tab:red", linewidth=1, label=f"clip = {clip:g}"
+        )
+    ax.set_xlabel("step")
+    ax.set_ylabel("global L2 norm of all gradients")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings
+
+
+def pca_2d(weight) -> torch.Tensor:
+    """The rows of a [V, d] table projected on its two main directions: [V, 2].
+
+    Centre the rows, take the SVD, keep the first two right-singular vectors. Each direction's
+    sign is fixed (its largest component positive) so the picture does not flip between runs."""
+    w = torch.as_tensor(weight).detach().to("cpu", torch.float64)
+    if w.dim() != 2 or w.size(1) < 2:
+        raise ValueError(f"pca_2d wants a [V, d] table with d >= 2, got {tuple(w.shape)}")
+    centred = w - w.mean(dim=0, keepdim=True)  # [V, d]
+    _, _, vh = torch.linalg.svd(centred, full_matrices=False)  # rows of vh: directions in R^d
+    directions = vh[:2]  # [2, d]
+    biggest = directions.abs().argmax(dim=1)
+    signs = directions.gather(1, biggest[:, None]).sign()  # [2, 1]
+    return centred @ (directions * signs).T  # [V, 2]
+
+
+def plot_embeddings_2d(weight, labels: Sequence[str], title: str | None = None) -> Figure:
+    """A [V, d] embedding table as V labelled points in 2-D (PCA through the SVD)."""
+    w = torch.as_tensor(weight).detach().to("cpu", torch.float64)
+    if len(labels) != w.size(0):
+        raise ValueError(f"got {len(labels)} labels for {w.size(0)} rows")
+    xy = pca_2d(w).numpy()  # [V, 2]
+    centred = w - w.mean(dim=0, keepdim=True)
+    s = torch.linalg.svdvals(centred)
+    share = (s**2 / (s**2).sum()).tolist()  # fraction of the spread each direction explains
+    fig, axes = _new_figure(figsize=(FIGSIZE[0], FIGSIZE[0] * 0.75))
+    ax = axes[0, 0]
+    ax.scatter(xy[:, 0], xy[:, 1], s=12, color=PLAIN)
+    for (px, py), label in zip(xy, labels, strict=True):
+        ax.annotate(str(label), (px, py), xytext=(3, 3), textcoords="offset points", fontsize=9)
+    ax.set_xlabel(f"direction 1 ({share[0]:.0%} of the spread)")
+    ax.set_ylabel(f"direction 2 ({share[1]:.0%} of the spread)")
+    ax.set_title(title or f"Embedding table [{w.size(0)}, {w.size(1)}] projected to 2-D (PCA)")
+    ax.grid(alpha=0.3)
+    return fig

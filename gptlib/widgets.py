@@ -1,0 +1,311 @@
+"""Sliders for the notebooks: move a control, watch a distribution or an attention map change.
+
+Each function returns an ipywidgets container whose controls and last results are attributes
+(`w.temperature`, `w.probs`, ...). Setting a control's `.value` in plain Python redraws exactly
+as dragging it does, which is how the tests drive them without a browser. Each widget draws once
+when built, so a static view of a saved notebook shows something.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+import ipywidgets as W
+import torch
+from IPython.display import display
+
+from gptlib import viz
+from gptlib.checkpoint import Checkpoint, load_checkpoint
+from gptlib.generate import generate, next_token_probs, sample_documents
+from gptlib.model import GPT
+from gptlib.tokenizer import CharTokenizer
+
+
+def _show(out: W.Output, *items) -> None:
+    """Replace what an Output widget shows: strings are printed, anything else displayed."""
+    with out:
+        out.clear_output(wait=True)  # wait: no flicker, the old picture stays until the new one
+        for item in items:
+            if isinstance(item, str):
+                print(item)
+            else:
+                display(item)
+
+
+@torch.no_grad()
+def _last_logits(model: GPT, ids: list[int]) -> torch.Tensor:
+    """The logits for the token after `ids`: [V]."""
+    was_training = model.training
+    model.eval()
+    try:
+        idx = torch.tensor([ids], dtype=torch.long, device=model.lm_head.weight.device)
+        logits, _ = model(idx)  # [1, n, V]
+    finally:
+        model.train(was_training)
+    return logits[0, -1].cpu()
+
+
+# ---------------------------------------------------------------------------------------------
+# Temperature and top-k
+
+
+def _samples(
+    model: GPT,
+    tokenizer: CharTokenizer,
+    ids: list[int],
+    num: int,
+    max_len: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+) -> list[str]:
+    """`num` continuations of the context, drawn with a generator seeded afresh each time, so
+    the same settings always give the same samples and only the settings change them."""
+    g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed)
+    bos = tokenizer.bos_id
+    if bos is not None and ids == [bos]:  # a fresh document: exactly gptlib's name sampler
+        return sample_documents(model, tokenizer, num, max_len, temperature, top_k, g)
+    start = torch.tensor([ids] * num, dtype=torch.long, device=model.lm_head.weight.device)
+    out = generate(model, start, max_len, temperature, top_k, g, stop_token=bos)
+    texts = []
+    for row in out[:, len(ids) :].tolist():
+        cut = row.index(bos) if bos is not None and bos in row else len(row)
+        texts.append(tokenizer.decode(ids + row[:cut]))
+    return texts
+
+
+def temperature_explorer(
+    model: GPT,
+    tokenizer: CharTokenizer,
+    context: str = ".",
+    num_samples: int = 8,
+    seed: int = 0,
+    max_len: int = 20,
+) -> W.VBox:
+    """A temperature slider (0 = greedy, up to 2) and a top-k slider (0 = off) over the model's
+    next-token distribution after `context`, plus `num_samples` samples drawn with a fixed seed.
+
+    Attributes: .temperature, .top_k (sliders); .plot_output, .samples_output (Output widgets);
+    .probs ([V], the distribution last drawn), .samples (list[str]), .figure."""
+    ids = tokenizer.encode(context)[-model.cfg.block_size :]  # crop to what the model can read
+    if not ids:
+        raise ValueError("the context is empty: give at least one character (e.g. the BOS '.')")
+    logits = _last_logits(model, ids)  # the context is fixed, so this is computed once
+    V = logits.numel()
+    symbols = list(tokenizer.itos)
+
+    temperature = W.FloatSlider(
+        value=1.0, min=0.0, max=2.0, step=0.05, description="temperature", readout_format=".2f"
+    )
+    top_k = W.IntSlider(value=0, min=0, max=V, step=1, description="top-k (0=off)")
+    plot_output, samples_output = W.Output(), W.Output()
+    box = W.VBox([W.HBox([temperature, top_k]), plot_output, samples_output])
+    box.temperature, box.top_k = temperature, top_k
+    box.plot_output, box.samples_output = plot_output, samples_output
+
+    def update(_change=None) -> None:
+        t, k = float(temperature.value), int(top_k.value) or None
+        box.probs = next_token_probs(logits, t, k)  # [V]; one-hot at the argmax when t == 0
+        box.samples = _samples(model, tokenizer, ids, num_samples, max_len, t, k, seed)
+        kept = f", top-{k}" if k else ""
+        title = f"After {tokenizer.decode(ids)!r}: next-token probabilities{kept}"
+        top = int(box.probs.argmax())  # the greedy choice, in orange
+        box.figure = viz.plot_next_token_probs(
+            box.probs, symbols, title, temperature=t, highlight=top
+        )
+        _show(plot_output, box.figure)
+        mode = "greedy (argmax), no randomness" if t == 0 else f"temperature {t:.2f}{kept}"
+        _show(
+            samples_output, f"{num_samples} samples, seed {seed}, {mode}:", "  ".join(box.samples)
+        )
+
+    temperature.observe(update, names="value")
+    top_k.observe(update, names="value")
+    update()
+    return box
+
+
+# ---------------------------------------------------------------------------------------------
+# Heads and layers
+
+
+def _context_ids(tokenizer: CharTokenizer, context: str, block_size: int) -> list[int]:
+    """A name read as in training: after BOS. Cropped to the last `block_size` tokens."""
+    ids = tokenizer.encode(context)  # raises ValueError for a character outside the vocabulary
+    bos = tokenizer.bos_id
+    if bos is not None and (not ids or ids[0] != bos):
+        ids = [bos] + ids
+    if not ids:
+        raise ValueError("the context is empty: type at least one character")
+    return ids[-block_size:]
+
+
+@torch.no_grad()
+def _maps(ckpt: Checkpoint, ids: list[int]) -> torch.Tensor:
+    """Every layer's attention for one context: [L, h, n, n]."""
+    idx = torch.tensor([ids], dtype=torch.long, device=ckpt.model.lm_head.weight.device)
+    return ckpt.model.attention_maps(idx)[:, 0].cpu()  # [L, B=1, h, n, n] -> [L, h, n, n]
+
+
+def heads_explorer(
+    checkpoints: Mapping[int, str | os.PathLike],
+    context: str = "emma",
+    chapter3_checkpoint: str | os.PathLike | None = None,
+) -> W.VBox:
+    """Attention maps of trained models that differ only in their number of heads, for a context
+    you type (read after BOS, as names are in training; cropped to the model's block_size).
+
+    checkpoints: head count -> checkpoint path, e.g. {h: asset_path(f"names-microgpt-h{h}.pt")}.
+    chapter3_checkpoint: optionally the chapter-3 model, shown one head at a time with layer and
+    head pickers. Attributes: .heads (Dropdown), .context (Text), .layer / .head (IntSliders, None
+    without a chapter-3 model), .maps ([L, h, n, n] last shown), .tokens, .chapter3_maps,
+    .chapter3_weights ([n, n] last shown), .error (the message shown for an unreadable context).
+    """
+    if not checkpoints:
+        raise ValueError("give at least one checkpoint: {head count: path}")
+    paths = {int(h): p for h, p in checkpoints.items()}
+    loaded: dict[int, Checkpoint] = {}  # loaded on first use, then kept
+
+    def model_with(h: int) -> Checkpoint:
+        if h not in loaded:
+            loaded[h] = load_checkpoint(paths[h])
+        return loaded[h]
+
+    counts = sorted(paths)
+    heads = W.Dropdown(
+        options=[(str(h), h) for h in counts],
+        value=4 if 4 in counts else counts[0],
+        description="heads",
+    )
+    text = W.Text(value=context, description="context")
+    heads_output = W.Output()
+    children = [W.HBox([heads, text]), heads_output]
+    box = W.VBox()
+    box.heads, box.context, box.heads_output = heads, text, heads_output
+    box.maps = box.tokens = box.error = None
+    box.layer = box.head = box.chapter3_output = None
+    box.chapter3_maps = box.chapter3_weights = box.chapter3_tokens = None
+
+    ch3 = load_checkpoint(chapter3_checkpoint) if chapter3_checkpoint is not None else None
+    if ch3 is not None:
+        cfg = ch3.config
+        box.layer = W.IntSlider(value=0, min=0, max=cfg.n_layer - 1, description="layer")
+        box.head = W.IntSlider(value=0, min=0, max=cfg.n_head - 1, description="head")
+        box.chapter3_output = W.Output()
+        children += [
+            W.HTML("<b>Chapter-3 model</b>"),
+            W.HBox([box.layer, box.head]),
+            box.chapter3_output,
+        ]
+    box.children = children
+
+    def read(ckpt: Checkpoint) -> tuple[list[int], list[str]] | None:
+        """The context's ids for this model, or None after showing why it cannot be read."""
+        try:
+            ids = _context_ids(ckpt.tokenizer, text.value, ckpt.config.block_size)
+        except ValueError as e:
+            box.error = str(e)
+            return None
+        return ids, [ckpt.tokenizer.itos[i] for i in ids]
+
+    def update_heads(_change=None) -> None:
+        h = int(heads.value)
+        ckpt = model_with(h)
+        got = read(ckpt)
+        if got is None:
+            _show(heads_output, f"Cannot read this context: {box.error}")
+            return
+        box.error = None
+        ids, box.tokens = got
+        box.maps = _maps(ckpt, ids)  # [L, h, n, n]
+        title = (
+            f"{h} head(s) of width d_h = {ckpt.config.head_dim}, context {''.join(box.tokens)!r}"
+        )
+        box.figure = viz.plot_attention_grid(box.maps, box.tokens, title=title)
+        _show(heads_output, box.figure)
+
+    def update_chapter3(_change=None) -> None:
+        if ch3 is None:
+            return
+        got = read(ch3)
+        if got is None:
+            _show(box.chapter3_output, f"Cannot read this context: {box.error}")
+            return
+        ids, box.chapter3_tokens = got
+        box.chapter3_maps = _maps(ch3, ids)  # [L, h, n, n]
+        layer, head = int(box.layer.value), int(box.head.value)
+        box.chapter3_weights = box.chapter3_maps[layer, head]  # [n, n]
+        title = f"Chapter-3 model: layer {layer}, head {head}"
+        box.chapter3_figure = viz.plot_attention(
+            box.chapter3_weights, box.chapter3_tokens, title=title
+        )
+        _show(box.chapter3_output, box.chapter3_figure)
+
+    heads.observe(update_heads, names="value")
+    text.observe(update_heads, names="value")
+    if ch3 is not None:
+        text.observe(update_chapter3, names="value")
+        box.layer.observe(update_chapter3, names="value")
+        box.head.observe(update_chapter3, names="value")
+    update_heads()
+    update_chapter3()
+    return box
+
+
+# ---------------------------------------------------------------------------------------------
+# Why attention divides by sqrt(d_k)
+
+NUM_KEYS = 16
+
+
+def scaled_attention_row(
+    d_k: int, scaled: bool = True, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One query against 16 keys, entries drawn from N(0, 1): returns (scores [16], weights [16]).
+
+    A dot product of two such d_k-vectors has variance d_k, so without the 1/sqrt(d_k) the
+    scores spread more as d_k grows and the softmax piles onto one key."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(d_k, generator=g)  # [d_k]
+    keys = torch.randn(NUM_KEYS, d_k, generator=g)  # [16, d_k]
+    scores = keys @ q  # [16]
+    if scaled:
+        scores = scores / math.sqrt(d_k)
+    return scores, scores.softmax(dim=-1)
+
+
+def attention_scale_explorer(seed: int = 0) -> W.VBox:
+    """A d_k slider (1 to 512) and a checkbox for the 1/sqrt(d_k) scale, showing the softmax
+    weights of one query over 16 random keys.
+
+    Attributes: .d_k (SelectionSlider), .scaled (Checkbox), .scores, .weights ([16]), .entropy
+    (nats; ln 16 = 2.77 is uniform, 0 is one-hot), .max_weight, .plot_output, .figure."""
+    d_k = W.SelectionSlider(options=[2**i for i in range(10)], value=64, description="d_k")
+    scaled = W.Checkbox(value=True, description="divide by √d_k")
+    plot_output = W.Output()
+    box = W.VBox([W.HBox([d_k, scaled]), plot_output])
+    box.d_k, box.scaled, box.plot_output = d_k, scaled, plot_output
+
+    def update(_change=None) -> None:
+        box.scores, box.weights = scaled_attention_row(int(d_k.value), bool(scaled.value), seed)
+        w = box.weights
+        box.entropy = float(-torch.special.xlogy(w, w).sum())  # xlogy: 0 * log 0 counts as 0
+        box.max_weight = float(w.max())
+        how = "scores / √d_k" if scaled.value else "raw scores q·k"
+        title = f"d_k = {d_k.value}, {how}: max weight {box.max_weight:.2f}, entropy {box.entropy:.2f} nats"
+        labels = [f"k{j}" for j in range(NUM_KEYS)]
+        box.figure = viz.plot_bars(
+            w, labels, title, "softmax weight", xlabel="key", highlight=int(w.argmax())
+        )
+        note = (
+            f"score std {box.scores.std():.2f} (about {'1' if scaled.value else f'√d_k = {math.sqrt(d_k.value):.1f}'}); "
+            f"uniform attention would have entropy ln {NUM_KEYS} = {math.log(NUM_KEYS):.2f}"
+        )
+        _show(plot_output, box.figure, note)
+
+    d_k.observe(update, names="value")
+    scaled.observe(update, names="value")
+    update()
+    return box

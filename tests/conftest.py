@@ -1,0 +1,22 @@
+import pytest
+import torch
+
+from gptlib.config import microgpt, textbook
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def small_textbook():
+    """The chapter-3 structure (post-LN LayerNorm, GELU, tied) at a test-friendly size."""
+    return textbook(vocab_size=11, block_size=12, n_layer=2, n_head=4, n_embd=32)
+
+
+@pytest.fixture
+def small_microgpt():
+    return microgpt(vocab_size=11)
+
+
+@pytest.fixture(params=["microgpt", "textbook"])
+def any_preset(request, small_textbook, small_microgpt):
+    return small_microgpt if request.param == "microgpt" else small_textbook

@@ -1,0 +1,221 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gptlib.attention import CausalSelfAttention
+from gptlib.config import microgpt, textbook
+from gptlib.model import GPT, parameter_formula
+from gptlib.norms import LayerNorm, RMSNorm
+from gptlib.train import make_optimizer
+
+
+def _ids(cfg, B=3, n=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (B, n or cfg.block_size), generator=g)
+
+
+@pytest.mark.parametrize("attention", ["manual", "sdpa"])
+def test_causality(any_preset, attention):
+    """Changing tokens after position t leaves the logits at positions <= t unchanged."""
+    torch.manual_seed(0)
+    cfg = any_preset.replace(attention=attention)
+    model = GPT(cfg).eval()
+    idx = _ids(cfg)
+    t = cfg.block_size // 2
+    changed = idx.clone()
+    changed[:, t + 1 :] = (changed[:, t + 1 :] + 1) % cfg.vocab_size
+    a, _ = model(idx)
+    b, _ = model(changed)
+    torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1])
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
+
+
+def test_manual_equals_sdpa(any_preset):
+    torch.manual_seed(0)
+    manual = GPT(any_preset.replace(attention="manual")).eval()
+    sdpa = GPT(any_preset.replace(attention="sdpa")).eval()
+    sdpa.load_state_dict(manual.state_dict())
+    idx = _ids(any_preset)
+    torch.testing.assert_close(manual(idx)[0], sdpa(idx)[0], atol=1e-5, rtol=0)
+
+
+def test_attention_paths_agree_on_random_inputs():
+    torch.manual_seed(1)
+    cfg = textbook(block_size=16, n_embd=64, n_head=8)
+    a = CausalSelfAttention(cfg.replace(attention="manual")).eval()
+    b = CausalSelfAttention(cfg.replace(attention="sdpa")).eval()
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 16, 64)
+    torch.testing.assert_close(a(x), b(x), atol=1e-5, rtol=0)
+
+
+def test_multi_head_equals_loop_over_single_heads():
+    torch.manual_seed(0)
+    cfg = textbook(block_size=10, n_embd=32, n_head=4, attention="manual")
+    attn = CausalSelfAttention(cfg).eval()
+    x = torch.randn(2, 10, 32)
+    d, dh = 32, 8
+    Wq, Wk, Wv = attn.qkv.weight.split(d, dim=0)  # each [d, d]; rows of head i: i*dh..(i+1)*dh
+    mask = torch.triu(torch.ones(10, 10, dtype=torch.bool), 1)
+    heads = []
+    for i in range(4):
+        rows = slice(i * dh, (i + 1) * dh)
+        q, k, v = x @ Wq[rows].T, x @ Wk[rows].T, x @ Wv[rows].T  # [B, n, dh]
+        s = (q @ k.transpose(1, 2)) / math.sqrt(dh)
+        heads.append(s.masked_fill(mask, float("-inf")).softmax(-1) @ v)
+    expected = attn.proj(torch.cat(heads, dim=-1))
+    torch.testing.assert_close(attn(x), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_attention_weights_are_causal_rows_summing_to_one(small_textbook):
+    torch.manual_seed(0)
+    model = GPT(small_textbook)
+    idx = _ids(small_textbook, B=2)
+    maps = model.attention_maps(idx)
+    L, h, n = small_textbook.n_layer, small_textbook.n_head, small_textbook.block_size
+    assert maps.shape == (L, 2, h, n, n)
+    torch.testing.assert_close(maps.sum(-1), torch.ones(L, 2, h, n))
+    assert maps.triu(1).abs().max() == 0
+    assert all(not b.attn.keep_weights and b.attn.weights is None for b in model.blocks)
+
+
+def test_rmsnorm_equals_torch():
+    x = torch.randn(4, 7, 16)
+    ours = RMSNorm(16, eps=1e-5)
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(16))
+    ref = torch.nn.RMSNorm(16, eps=1e-5)
+    ref.load_state_dict(ours.state_dict())
+    torch.testing.assert_close(ours(x), ref(x))
+    # eps is inside the square root: a zero vector stays finite and zero
+    assert torch.equal(ours(torch.zeros(1, 16)), torch.zeros(1, 16))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_layernorm_equals_torch(bias):
+    x = torch.randn(4, 7, 16) * 3 + 1
+    ours = LayerNorm(16, bias=bias)
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(16))
+        if bias:
+            ours.bias.copy_(torch.randn(16))
+    ref = torch.nn.LayerNorm(16, bias=bias)
+    ref.load_state_dict(ours.state_dict())
+    torch.testing.assert_close(ours(x), ref(x))
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_parameter_count_closed_form(tie):
+    cfg = textbook(vocab_size=65, tie_embeddings=tie)
+    V, T, d, L = 65, 64, 128, 4
+    closed = V * d + T * d + 12 * L * d * d + (4 * L + 2) * d + (0 if tie else V * d)
+    model = GPT(cfg)
+    assert model.num_parameters() == closed == parameter_formula(cfg)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [microgpt(), textbook(bias=True), textbook(norm="rmsnorm", norm_placement="pre", norm_bias=False)],
+)
+def test_parameter_formula_matches_other_configs(cfg):
+    assert GPT(cfg).num_parameters() == parameter_formula(cfg)
+
+
+def test_tied_head_is_one_parameter_counted_and_optimised_once(small_textbook):
+    model = GPT(small_textbook)
+    assert model.lm_head.weight is model.tok_emb.weight
+    names = [n for n, _ in model.named_parameters()]
+    assert "tok_emb.weight" in names and "lm_head.weight" not in names
+    opt = make_optimizer(model)
+    all_params = [p for g in opt.param_groups for p in g["params"]]
+    assert len(all_params) == len({id(p) for p in all_params}) == len(list(model.parameters()))
+    assert sum(p is model.tok_emb.weight for p in all_params) == 1
+    untied = GPT(small_textbook.replace(tie_embeddings=False))
+    assert untied.lm_head.weight is not untied.tok_emb.weight
+
+
+def test_init_is_normal_002_after_tying():
+    torch.manual_seed(0)
+    model = GPT(textbook(vocab_size=65))
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            assert abs(p.std().item() - 0.02) < 0.002, name
+        else:  # norm gains start at 1, biases at 0
+            assert torch.all((p == 1) | (p == 0)), name
+
+
+def test_loss_at_init_is_near_ln_v():
+    torch.manual_seed(0)
+    cfg = textbook(vocab_size=65, block_size=32, n_layer=2)
+    model = GPT(cfg)
+    idx = _ids(cfg, B=8)
+    _, loss = model(idx, idx)
+    assert abs(loss.item() - math.log(65)) < 0.15
+
+
+def test_shift_happens_inside_the_loss(small_textbook):
+    torch.manual_seed(0)
+    model = GPT(small_textbook)
+    idx = _ids(small_textbook)
+    logits, loss = model(idx, idx)
+    V = small_textbook.vocab_size
+    expected = F.cross_entropy(logits[:, :-1].reshape(-1, V), idx[:, 1:].reshape(-1))
+    torch.testing.assert_close(loss, expected)
+    unshifted = F.cross_entropy(logits.reshape(-1, V), idx.reshape(-1))
+    assert not torch.isclose(loss, unshifted)
+
+
+def test_ignored_labels_leave_the_denominator(small_textbook):
+    torch.manual_seed(0)
+    model = GPT(small_textbook)
+    idx = _ids(small_textbook)
+    labels = idx.clone()
+    labels[:, 6:] = -100
+    logits, loss = model(idx, labels)
+    V = small_textbook.vocab_size
+    expected = F.cross_entropy(logits[:, :5].reshape(-1, V), idx[:, 1:6].reshape(-1))
+    torch.testing.assert_close(loss, expected)
+
+
+def test_too_long_sequence_names_both_lengths(small_textbook):
+    model = GPT(small_textbook)
+    with pytest.raises(ValueError, match=r"n=13 exceeds block_size=12"):
+        model(torch.zeros(1, 13, dtype=torch.long))
+
+
+def test_bad_inputs_are_rejected(small_textbook):
+    model = GPT(small_textbook)
+    with pytest.raises(ValueError, match=r"0\.\.10"):
+        model(torch.tensor([[3, 11]]))
+    with pytest.raises(ValueError, match=r"\[B, n\]"):
+        model(torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="labels must have the shape"):
+        model(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_block_structure(placement):
+    """pre: x + f(norm(x)); post: norm(x + f(x)) — checked against the block's own parts."""
+    torch.manual_seed(0)
+    cfg = textbook(block_size=6, n_embd=16, n_head=2, norm_placement=placement)
+    block = GPT(cfg).blocks[0]
+    x = torch.randn(2, 6, 16)
+    if placement == "pre":
+        h = x + block.attn(block.ln1(x))
+        expected = h + block.mlp(block.ln2(h))
+    else:
+        h = block.ln1(x + block.attn(x))
+        expected = block.ln2(h + block.mlp(h))
+    torch.testing.assert_close(block(x), expected)
+
+
+def test_dropout_only_in_train_mode(small_textbook):
+    torch.manual_seed(0)
+    model = GPT(small_textbook.replace(dropout=0.2))
+    idx = _ids(small_textbook)
+    model.train()
+    assert not torch.allclose(model(idx)[0], model(idx)[0])
+    model.eval()
+    torch.testing.assert_close(model(idx)[0], model(idx)[0])

@@ -1,0 +1,123 @@
+import math
+
+import pytest
+import torch
+
+from gptlib.config import textbook
+from gptlib.model import GPT
+from gptlib.tokenizer import CharTokenizer
+from gptlib.train import History, learning_rate, parameter_groups, train
+
+TEXT = (
+    "the quick brown fox jumps over the lazy dog while the small cat sleeps in the warm sun. "
+    "a bird sings on the old fence and the farmer walks to the barn with a pail of fresh milk "
+    "at dawn, then rests by the pond."
+)
+
+
+def _tiny(vocab, **kw):
+    return textbook(vocab_size=vocab, block_size=16, n_layer=2, n_head=2, n_embd=32, **kw)
+
+
+def test_warmup_then_constant_or_cosine():
+    assert learning_rate(0, 1e-3, warmup=10) == pytest.approx(1e-4)  # never 0 at step 0
+    assert learning_rate(9, 1e-3, warmup=10) == pytest.approx(1e-3)
+    assert learning_rate(500, 1e-3, warmup=10) == 1e-3
+    cos = [learning_rate(s, 1e-3, 10, 110, "cosine", 1e-4) for s in (10, 60, 110)]
+    assert cos == pytest.approx([1e-3, 5.5e-4, 1e-4])
+    assert learning_rate(3, 1e-3, warmup=0) == 1e-3
+    with pytest.raises(ValueError, match="schedule"):
+        learning_rate(0, 1e-3, schedule="linear")
+
+
+def test_decay_only_on_matrices(small_textbook):
+    model = GPT(small_textbook.replace(bias=True))
+    decay, no_decay = parameter_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"])
+    assert all(p.dim() == 1 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_overfits_a_200_character_text():
+    tok = CharTokenizer.from_text(TEXT)
+    tokens = torch.tensor(tok.encode(TEXT))
+    torch.manual_seed(0)
+    # a block of 64 gives most positions enough context to make the next character certain
+    cfg = textbook(vocab_size=tok.vocab_size, block_size=64, n_layer=2, n_head=4, n_embd=64)
+    model = GPT(cfg)
+    hist = train(model, tokens, 400, 8, max_lr=1e-2, warmup=10, seed=0)
+    assert len(TEXT) == 209 and len(hist) == 400
+    assert hist.loss[0] > 3.0
+    assert sum(hist.loss[-10:]) / 10 < 0.1
+
+
+def _run(seed):
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 20, (500,), generator=torch.Generator().manual_seed(5))
+    model = GPT(_tiny(20))
+    return train(model, tokens, 20, 4, val_tokens=tokens, eval_every=5, eval_batches=2, seed=seed)
+
+
+def test_same_seed_gives_identical_history():
+    a, b, c = _run(1), _run(1), _run(2)
+    assert a.to_dict() == b.to_dict()
+    assert a.loss != c.loss
+    assert a.val_step == [0, 5, 10, 15, 19] and len(a.val_loss) == 5
+    assert all(0 < g for g in a.grad_norm) and a.lr[0] < a.lr[-1]
+
+
+def test_callback_sees_every_step():
+    seen = []
+    tokens = torch.randint(0, 20, (200,))
+    train(GPT(_tiny(20)), tokens, 7, 2, callback=lambda h: seen.append(len(h)))
+    assert seen == list(range(1, 8))
+
+
+def test_clip_caps_the_update_norm():
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 20, (200,))
+    model = GPT(_tiny(20))
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    hist = train(model, tokens, 1, 4, optimizer=opt, max_lr=1.0, warmup=0, clip=0.01)
+    step = torch.sqrt(sum(((p - b) ** 2).sum() for p, b in zip(model.parameters(), before, strict=True)))
+    assert hist.grad_norm[0] > 0.01  # the raw norm is logged ...
+    assert step.item() == pytest.approx(0.01, rel=1e-3)  # ... the applied update is clipped
+
+
+def test_non_finite_loss_stops_with_step_and_advice():
+    tokens = torch.randint(0, 20, (200,))
+    model = GPT(_tiny(20))
+    with torch.no_grad():
+        model.lm_head.weight.fill_(float("nan"))
+    with pytest.raises(RuntimeError, match=r"step 0: the loss became nan .*Lower max_lr"):
+        train(model, tokens, 5, 2)
+
+
+def test_all_ignored_batch_is_an_error_not_a_nan():
+    tokens = torch.full((200,), -100)
+    with pytest.raises(ValueError, match=r"every label in the batch is ignored"):
+        train(GPT(_tiny(20)), tokens, 3, 2)
+
+
+def test_keyboard_interrupt_keeps_the_history():
+    tokens = torch.randint(0, 20, (200,))
+
+    def stop_at_3(hist):
+        if len(hist) == 3:
+            raise KeyboardInterrupt
+
+    hist = train(GPT(_tiny(20)), tokens, 50, 2, callback=stop_at_3)
+    assert hist.interrupted and len(hist) == 3 and hist.step == [0, 1, 2]
+    assert all(math.isfinite(x) for x in hist.loss)
+
+
+def test_short_corpus_is_rejected():
+    with pytest.raises(ValueError, match=r"16 tokens; block_size=16 needs at least 17"):
+        train(GPT(_tiny(20)), torch.arange(16) % 20, 1, 2)
+
+
+def test_history_roundtrip():
+    h = History(step=[0], lr=[1e-3], loss=[2.0], grad_norm=[0.5], val_step=[0], val_loss=[2.1])
+    assert History.from_dict(h.to_dict()) == h

@@ -6,5 +6,5 @@ for h in 1 2 4 8 16; do
   python -m gptlib train --data names --preset microgpt --n-head "$h" --steps 3000 --batch-size 64 \
     --lr 1e-2 --seed 0 --no-progress --no-optimizer-state --samples 0 --out "assets/names-microgpt-h$h.pt"
 done
-python -m gptlib train --data names --preset textbook --steps 1500 --batch-size 32 --lr 2e-3 \
+python -m gptlib train --data names --preset textbook --block-size 64 --steps 600 --batch-size 32 --lr 2e-3 \
   --seed 0 --no-progress --no-optimizer-state --samples 0 --out assets/names-textbook.pt

@@ -64,6 +64,9 @@ def save_checkpoint(
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; a checkpoint need not be
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)
             f.flush()

@@ -97,40 +97,49 @@ def generate(
         raise ValueError(
             f"idx must be [B, n0] with n0 >= 1 tokens of prompt, got {tuple(idx.shape)}"
         )
-    T = model.cfg.block_size
-    keep = max(1, T // 2)  # a full cache is rebuilt from this many newest tokens
     was_training = model.training
     model.eval()
-    # inference_mode rather than no_grad: no autograd bookkeeping at all, which a decode step
-    # (a few hundred tiny operations) feels. Its tensors cannot enter autograd later, so the
-    # result is cloned outside it into an ordinary tensor.
     try:
-        with torch.inference_mode():
-            B = idx.size(0)
-            finished = torch.zeros(B, dtype=torch.bool, device=idx.device)
-            dtype = model.lm_head.weight.dtype
-            cache = KVCache(model.cfg, B, idx.device, dtype) if use_cache else None
-            for step in range(max_new_tokens):
-                if cache is None:
-                    logits, _ = model(idx[:, -T:])  # the whole context, every step
-                elif step == 0:
-                    logits, _ = model(idx[:, -T:], cache=cache)  # prefill: the prompt in one pass
-                elif cache.length == T:
-                    # Full, and positions cannot slide: start again from the newest `keep` tokens.
-                    cache.reset()
-                    logits, _ = model(idx[:, -keep:], cache=cache)
-                else:
-                    logits, _ = model(idx[:, -1:], cache=cache)  # decode: the newest token only
-                nxt = pick_next(logits[:, -1, :], temperature, top_k, generator)  # [B, 1]
-                if stop_token is not None:
-                    nxt = nxt.masked_fill(finished[:, None], stop_token)
-                    finished |= nxt[:, 0] == stop_token
-                idx = torch.cat([idx, nxt], dim=1)
-                if stop_token is not None and bool(finished.all()):
-                    break
+        out = _extend(
+            model, idx, max_new_tokens, temperature, top_k, generator, stop_token, use_cache
+        )
     finally:
         model.train(was_training)
-    return idx.clone()
+    # Tensors made under inference_mode can never be saved for a backward pass; hand back an
+    # ordinary copy so that the result can be fed to a training step like any other batch.
+    return out.clone()
+
+
+# inference_mode rather than no_grad: no autograd bookkeeping at all (no version counters, no
+# view tracking), which a decode step of a few hundred tiny operations notices.
+@torch.inference_mode()
+def _extend(model, idx, max_new_tokens, temperature, top_k, generator, stop_token, use_cache):
+    """The sampling loop of `generate`, the model already in eval mode."""
+    T = model.cfg.block_size
+    keep = max(1, T // 2)  # a full cache is rebuilt from this many newest tokens
+    B = idx.size(0)
+    finished = torch.zeros(B, dtype=torch.bool, device=idx.device)
+    dtype = model.lm_head.weight.dtype
+    cache = KVCache(model.cfg, B, idx.device, dtype) if use_cache else None
+    for step in range(max_new_tokens):
+        if cache is None:
+            logits, _ = model(idx[:, -T:])  # the whole context, every step
+        elif step == 0:
+            logits, _ = model(idx[:, -T:], cache=cache)  # prefill: the prompt in one pass
+        elif cache.length == T:
+            # Full, and positions cannot slide: start again from the newest `keep` tokens.
+            cache.reset()
+            logits, _ = model(idx[:, -keep:], cache=cache)
+        else:
+            logits, _ = model(idx[:, -1:], cache=cache)  # decode: the newest token only
+        nxt = pick_next(logits[:, -1, :], temperature, top_k, generator)  # [B, 1]
+        if stop_token is not None:
+            nxt = nxt.masked_fill(finished[:, None], stop_token)
+            finished |= nxt[:, 0] == stop_token
+        idx = torch.cat([idx, nxt], dim=1)
+        if stop_token is not None and bool(finished.all()):
+            break
+    return idx
 
 
 def sample_documents(

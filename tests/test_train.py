@@ -43,11 +43,12 @@ def test_overfits_a_200_character_text():
     tok = CharTokenizer.from_text(TEXT)
     tokens = torch.tensor(tok.encode(TEXT))
     torch.manual_seed(0)
-    # a block of 64 gives most positions enough context to make the next character certain
-    cfg = textbook(vocab_size=tok.vocab_size, block_size=64, n_layer=2, n_head=4, n_embd=64)
+    # A long block gives most positions enough context to make the next character certain; the
+    # first few positions of a window stay ambiguous, which is what keeps the loss above 0.
+    cfg = textbook(vocab_size=tok.vocab_size, block_size=128, n_layer=2, n_head=4, n_embd=64)
     model = GPT(cfg)
-    hist = train(model, tokens, 400, 8, max_lr=1e-2, warmup=10, seed=0)
-    assert len(TEXT) == 209 and len(hist) == 400
+    hist = train(model, tokens, 300, 16, max_lr=5e-3, warmup=20, schedule="cosine", seed=0)
+    assert len(TEXT) == 209 and len(hist) == 300
     assert hist.loss[0] > 3.0
     assert sum(hist.loss[-10:]) / 10 < 0.1
 

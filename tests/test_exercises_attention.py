@@ -1,0 +1,71 @@
+"""The causal-attention check passes the solution and names each typical mistake."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gptlib import exercises
+from gptlib.exercises import attention
+
+
+def test_solution_passes():
+    result = attention.check_causal_attention(attention.solution_causal_attention)
+    assert result.passed
+    assert result.message.startswith("✓ causal_attention")
+
+
+def test_solution_equals_pytorch_causal_sdpa():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 4, generator=g) for _ in range(3))
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(attention.solution_causal_attention(q, k, v), expected)
+
+
+def test_sdpa_as_the_readers_answer_passes():
+    def fused(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    assert attention.check_causal_attention(fused).passed
+
+
+@pytest.mark.parametrize(
+    "hint, wrong", attention.MISTAKES, ids=lambda m: getattr(m, "__name__", "")
+)
+def test_each_mistake_gets_its_hint(hint, wrong):
+    result = attention.check_causal_attention(wrong)
+    assert not result.passed
+    assert result.message == f"✗ causal_attention: {hint}"
+
+
+def test_softmax_dim_hint_on_a_readers_version():
+    def wrong(q, k, v):
+        n = q.size(-2)
+        scores = (q @ k.transpose(-2, -1)) / q.size(-1) ** 0.5
+        scores = scores.masked_fill(torch.triu(torch.ones(n, n), 1).bool(), float("-inf"))
+        return torch.softmax(scores, dim=2) @ v  # dim 2 of [B, h, n, n] is the query axis
+
+    result = attention.check_causal_attention(wrong)
+    assert not result.passed
+    assert "softmax(dim=-1)" in result.message
+
+
+def test_unrecognised_error_reports_the_difference():
+    result = attention.check_causal_attention(
+        lambda q, k, v: attention.solution_causal_attention(q, k, v) * 1.5
+    )
+    assert not result.passed
+    assert "largest difference" in result.message
+
+
+def test_stub_and_shape_messages():
+    def stub(q, k, v):
+        raise NotImplementedError
+
+    assert "not written yet" in attention.check_causal_attention(stub).message
+    msg = attention.check_causal_attention(lambda q, k, v: q[..., :1]).message
+    assert msg == "✗ causal_attention: output has shape [2, 3, 6, 1], expected [2, 3, 6, 4]"
+
+
+def test_reexported_from_package():
+    assert exercises.check_causal_attention is attention.check_causal_attention
+    assert "solution_causal_attention" in exercises.__all__

@@ -1,0 +1,91 @@
+"""The log-softmax and language-model-loss checks pass the solutions, agree with PyTorch and
+gptlib, and name each typical mistake."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gptlib import exercises
+from gptlib.exercises import loss
+from gptlib.model import GPT
+
+
+def test_solutions_pass():
+    assert loss.check_log_softmax(loss.solution_log_softmax).passed
+    assert loss.check_lm_loss(loss.solution_lm_loss).passed
+
+
+def test_log_softmax_matches_torch_even_for_huge_logits():
+    x = torch.tensor([[1000.0, 0.0, -1000.0], [1.0, 2.0, 3.0]])
+    out = loss.solution_log_softmax(x)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, F.log_softmax(x, dim=-1))
+    assert out[0, 0].item() == 0.0
+
+
+def test_lm_loss_matches_model_loss_and_hand_count():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, 4, generator=g)  # [B, n, V]
+    labels = torch.randint(0, 4, (2, 5), generator=g)
+    labels[1, 3:] = -100
+    got = loss.solution_lm_loss(logits, labels)
+    torch.testing.assert_close(got, GPT.loss(logits, labels))
+    logp = F.log_softmax(logits, dim=-1)
+    terms = [
+        -logp[b, t, labels[b, t + 1]].item()
+        for b in range(2)
+        for t in range(4)
+        if labels[b, t + 1] != -100
+    ]
+    assert len(terms) == 6  # 8 shifted positions, 2 of them ignored
+    assert got.item() == pytest.approx(sum(terms) / len(terms), rel=1e-5)
+
+
+def test_lm_loss_of_all_ignored_is_nan():
+    logits = torch.zeros(1, 4, 3)
+    labels = torch.full((1, 4), -100)
+    assert math.isnan(loss.solution_lm_loss(logits, labels).item())
+
+
+@pytest.mark.parametrize(
+    "hint, wrong", loss.LOG_SOFTMAX_MISTAKES, ids=lambda m: getattr(m, "__name__", "")
+)
+def test_each_log_softmax_mistake_gets_its_hint(hint, wrong):
+    result = loss.check_log_softmax(wrong)
+    assert not result.passed
+    assert result.message == f"✗ log_softmax: {hint}"
+
+
+@pytest.mark.parametrize(
+    "hint, wrong", loss.LM_LOSS_MISTAKES, ids=lambda m: getattr(m, "__name__", "")
+)
+def test_each_lm_loss_mistake_gets_its_hint(hint, wrong):
+    result = loss.check_lm_loss(wrong)
+    assert not result.passed
+    assert result.message == f"✗ lm_loss: {hint}"
+
+
+def test_index_with_ignored_labels_names_ignore_index():
+    def gather_everything(logits, labels):
+        logp = F.log_softmax(logits[:, :-1], dim=-1)
+        return -logp.gather(-1, labels[:, 1:, None]).mean()
+
+    result = loss.check_lm_loss(gather_everything)
+    assert not result.passed
+    assert "ignore_index=-100" in result.message
+
+
+def test_naive_reader_passes_small_logits_but_not_huge_ones():
+    def naive(logits, labels):
+        V = logits.size(-1)
+        p = logits.exp() / logits.exp().sum(-1, keepdim=True)
+        return F.nll_loss(p[:, :-1].log().reshape(-1, V), labels[:, 1:].reshape(-1))
+
+    assert "overflows" in loss.check_lm_loss(naive).message
+
+
+def test_reexported_from_package():
+    assert exercises.check_lm_loss is loss.check_lm_loss
+    assert exercises.check_log_softmax is loss.check_log_softmax

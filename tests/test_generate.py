@@ -1,0 +1,322 @@
+"""generate and its helpers: temperature, top-k, stopping at BOS, cropping to block_size, and the
+same tokens with and without the KV cache."""
+
+import math
+
+import pytest
+import torch
+
+from gptlib.config import textbook
+from gptlib.generate import complete, generate, next_token_probs, pick_next, sample_documents
+from gptlib.model import GPT
+from gptlib.tokenizer import CharTokenizer
+
+ATTENTIONS = ["manual", "sdpa"]
+
+
+def _model(cfg, seed=0):
+    """A random model with weights ten times the usual init: clearly non-uniform logits."""
+    torch.manual_seed(seed)
+    model = GPT(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.mul_(10)
+    return model
+
+
+def _ids(cfg, B, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (B, n), generator=g)
+
+
+def _logits(B=4, V=11, seed=0):
+    return torch.randn(B, V, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+# --- temperature ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [-0.5, -1, float("nan"), float("inf"), "1.0", None])
+def test_bad_temperature_raises(small_textbook, bad):
+    logits = _logits()
+    with pytest.raises(ValueError, match="temperature"):
+        next_token_probs(logits, bad)
+    with pytest.raises(ValueError, match="temperature"):
+        pick_next(logits, bad)
+    with pytest.raises(ValueError, match="temperature"):
+        generate(_model(small_textbook), _ids(small_textbook, 1, 2), 3, temperature=bad)
+
+
+def test_negative_temperature_message_points_to_greedy():
+    with pytest.raises(ValueError, match="use 0 for greedy"):
+        next_token_probs(_logits(), -1.0)
+
+
+@pytest.mark.parametrize("temperature", [0.25, 1.0, 2.0])
+def test_temperature_divides_the_logits(temperature):
+    logits = _logits()
+    expected = (logits / temperature).softmax(-1)
+    torch.testing.assert_close(next_token_probs(logits, temperature), expected)
+
+
+def test_temperature_zero_is_the_argmax():
+    logits = _logits()
+    probs = next_token_probs(logits, 0)
+    assert torch.equal(probs.argmax(-1), logits.argmax(-1))
+    assert torch.equal(probs.sum(-1), torch.ones(4))
+    assert int((probs > 0).sum()) == 4  # all the mass on one token per row, no inf or nan
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(pick_next(logits, 0, generator=g), logits.argmax(-1, keepdim=True))
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_generation_is_a_hand_argmax_loop_and_ignores_the_generator(
+    small_textbook, use_cache
+):
+    model = _model(small_textbook)
+    prompt = _ids(small_textbook, 2, 3)
+    idx = prompt
+    with torch.no_grad():
+        for _ in range(6):
+            logits, _ = model(idx)
+            idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    for seed in (0, 1):
+        g = torch.Generator().manual_seed(seed)
+        out = generate(model, prompt, 6, temperature=0, generator=g, use_cache=use_cache)
+        assert torch.equal(out, idx)
+
+
+def test_lower_temperature_sharpens():
+    logits = _logits(B=1)
+    top = logits.argmax()
+    ps = [float(next_token_probs(logits, t)[0, top]) for t in (2.0, 1.0, 0.5, 0.1)]
+    assert ps == sorted(ps) and ps[-1] > 0.99
+
+
+# --- top-k ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 10])
+def test_top_k_keeps_exactly_k(k):
+    logits = _logits()
+    probs = next_token_probs(logits, 1.0, top_k=k)
+    assert torch.equal((probs > 0).sum(-1), torch.full((4,), k))
+    kept = torch.topk(logits, k, dim=-1).indices
+    assert torch.equal(probs.gather(-1, kept) > 0, torch.ones(4, k, dtype=torch.bool))
+    torch.testing.assert_close(probs.sum(-1), torch.ones(4))
+    # The kept tokens keep their ratios: a renormalised softmax over the top k.
+    expected = torch.zeros_like(probs).scatter(-1, kept, logits.gather(-1, kept).softmax(-1))
+    torch.testing.assert_close(probs, expected)
+
+
+def test_top_k_at_or_above_vocab_changes_nothing():
+    logits = _logits()
+    for k in (11, 50):
+        torch.testing.assert_close(next_token_probs(logits, 1.0, top_k=k), logits.softmax(-1))
+
+
+def test_top_k_samples_only_from_the_top_k():
+    logits = _logits(B=1, V=20)
+    allowed = set(torch.topk(logits[0], 3).indices.tolist())
+    g = torch.Generator().manual_seed(0)
+    drawn = {int(pick_next(logits, 1.5, top_k=3, generator=g)) for _ in range(300)}
+    assert drawn == allowed
+
+
+def test_top_k_one_is_greedy(small_textbook):
+    model = _model(small_textbook)
+    prompt = _ids(small_textbook, 2, 2)
+    g = torch.Generator().manual_seed(3)
+    sampled = generate(model, prompt, 8, temperature=1.3, top_k=1, generator=g)
+    assert torch.equal(sampled, generate(model, prompt, 8, temperature=0))
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, "3"])
+def test_bad_top_k_raises(bad):
+    with pytest.raises(ValueError, match="top_k"):
+        next_token_probs(_logits(), 1.0, top_k=bad)
+
+
+# --- seeded sampling ------------------------------------------------------------------------------
+
+
+def test_same_seed_same_tokens_other_seed_other_tokens(small_textbook):
+    model = _model(small_textbook)
+    prompt = _ids(small_textbook, 2, 1)
+
+    def run(seed):
+        return generate(model, prompt, 11, generator=torch.Generator().manual_seed(seed))
+
+    assert torch.equal(run(0), run(0))
+    assert not torch.equal(run(0), run(1))
+
+
+# --- stopping at BOS ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_stop_token_ends_each_row_and_the_loop(use_cache):
+    cfg = textbook(vocab_size=11, block_size=12, n_layer=2, n_head=4, n_embd=32)
+    model = _model(cfg, seed=2)
+    stop = 10
+    g = torch.Generator().manual_seed(0)
+    start = torch.full((4, 1), stop)
+    out = generate(model, start, 200, generator=g, stop_token=stop, use_cache=use_cache)
+    new = out[:, 1:]
+    assert new.shape[1] < 200  # every row stopped, so the loop ended early
+    for row in new.tolist():
+        first = row.index(stop)
+        assert all(t == stop for t in row[first:])  # a finished row repeats the stop token
+    assert (new[:, -1] == stop).all()
+    assert (new[:, -2] != stop).any()  # it ended at the step the last row stopped
+
+
+def test_sample_documents_stops_at_bos_and_matches_the_recompute_path():
+    tok = CharTokenizer.from_documents(["abcdefghij"])  # 10 letters + BOS "." = 11 symbols
+    cfg = textbook(vocab_size=tok.vocab_size, block_size=12, n_layer=2, n_head=4, n_embd=32)
+    model = _model(cfg, seed=2)
+    # max_len = block_size: every prediction is made from at most block_size tokens.
+    docs = sample_documents(model, tok, 6, max_len=12, generator=torch.Generator().manual_seed(0))
+    assert len(docs) == 6
+    assert all("." not in d and len(d) <= 12 for d in docs)
+    assert any(len(d) < 12 for d in docs)
+    again = sample_documents(
+        model, tok, 6, max_len=12, generator=torch.Generator().manual_seed(0), use_cache=False
+    )
+    assert again == docs
+
+
+def test_sample_documents_needs_a_bos():
+    tok = CharTokenizer.from_text("abc")
+    model = _model(textbook(vocab_size=3, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    with pytest.raises(ValueError, match="BOS"):
+        sample_documents(model, tok, 2)
+
+
+def test_complete_continues_the_prompt():
+    tok = CharTokenizer.from_text("abcdefghijk")
+    model = _model(textbook(vocab_size=tok.vocab_size, block_size=12, n_layer=2, n_embd=32))
+    text = complete(model, tok, "abc", 7, temperature=0)
+    assert text.startswith("abc") and len(text) == 10
+    assert text == complete(model, tok, "abc", 7, temperature=0, use_cache=False)
+
+
+# --- block_size on the recompute path -----------------------------------------------------------
+
+
+def test_recompute_path_crops_to_block_size(small_textbook):
+    model = _model(small_textbook)
+    T = small_textbook.block_size
+    lengths = []
+    handle = model.register_forward_pre_hook(lambda m, args: lengths.append(args[0].shape[1]))
+    try:
+        long_prompt = _ids(small_textbook, 2, T + 5)
+        out = generate(model, long_prompt, 2 * T, temperature=0, use_cache=False)
+    finally:
+        handle.remove()
+    assert out.shape == (2, T + 5 + 2 * T)
+    assert lengths == [T] * (2 * T)  # the whole window every step, never more
+    # A sliding window: only the last T tokens matter, so the far past can be anything.
+    tail = generate(model, long_prompt[:, -T:], 2 * T, temperature=0, use_cache=False)
+    assert torch.equal(out[:, 5:], tail)
+    short = []
+    handle = model.register_forward_pre_hook(lambda m, args: short.append(args[0].shape[1]))
+    try:
+        generate(model, long_prompt[:, :3], T, temperature=0, use_cache=False)
+    finally:
+        handle.remove()
+    assert short == [min(3 + t, T) for t in range(T)]  # grows, then stays at T
+
+
+# --- model state, input checks ---------------------------------------------------------------------
+
+
+def test_training_mode_is_restored_and_dropout_is_off_while_generating(small_textbook):
+    cfg = small_textbook.replace(dropout=0.5)
+    model = _model(cfg).train()
+    prompt = _ids(cfg, 2, 2)
+    a = generate(model, prompt, 8, temperature=0)
+    assert model.training
+    b = generate(model.eval(), prompt, 8, temperature=0)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 0)])
+def test_prompt_must_be_a_non_empty_batch(small_textbook, shape):
+    with pytest.raises(ValueError, match="idx must be"):
+        generate(_model(small_textbook), torch.zeros(shape, dtype=torch.long), 3)
+
+
+def test_generated_ids_can_feed_a_training_step(small_textbook):
+    """The loop runs under inference_mode; what comes back is an ordinary tensor."""
+    model = _model(small_textbook).train()
+    out = generate(model, _ids(small_textbook, 2, 2), 6)
+    assert not out.is_inference()
+    _, loss = model(out, out)
+    loss.backward()
+    assert model.tok_emb.weight.grad is not None
+
+
+def test_zero_new_tokens_returns_the_prompt(small_textbook):
+    prompt = _ids(small_textbook, 2, 3)
+    assert torch.equal(generate(_model(small_textbook), prompt, 0), prompt)
+
+
+# --- the same tokens with and without the KV cache --------------------------------------------------
+
+
+def _both_paths(model, prompt, new, temperature, top_k=None, seed=7):
+    out = {}
+    for use_cache in (True, False):
+        g = torch.Generator().manual_seed(seed)
+        out[use_cache] = generate(
+            model, prompt, new, temperature, top_k, generator=g, use_cache=use_cache
+        )
+    return out[True], out[False]
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("n0", [1, 2, 5])
+@pytest.mark.parametrize("temperature, top_k", [(0.0, None), (1.0, None), (0.8, 4)])
+def test_cache_gives_the_same_tokens_up_to_block_size(
+    any_preset, attention, n0, temperature, top_k
+):
+    """Every prediction made from at most block_size tokens: n0 + new = block_size + 1."""
+    cfg = any_preset.replace(attention=attention)
+    model = _model(cfg)
+    new = cfg.block_size - n0 + 1
+    cached, recomputed = _both_paths(model, _ids(cfg, 3, n0), new, temperature, top_k)
+    assert cached.shape == (3, cfg.block_size + 1)
+    assert torch.equal(cached, recomputed)
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_cache_gives_the_same_tokens_at_chapter_3_size(attention, temperature):
+    cfg = textbook(vocab_size=27, attention=attention)  # block 64, d 128, 4 layers, 4 heads
+    model = _model(cfg)
+    cached, recomputed = _both_paths(model, _ids(cfg, 1, 1), cfg.block_size, temperature)
+    assert torch.equal(cached, recomputed)
+
+
+def test_untrained_init_also_gives_the_same_tokens(any_preset):
+    torch.manual_seed(0)
+    model = GPT(any_preset)  # the library's own init, logits close to uniform
+    cached, recomputed = _both_paths(model, _ids(any_preset, 4, 1), any_preset.block_size, 1.0)
+    assert torch.equal(cached, recomputed)
+
+
+def test_paths_may_differ_only_after_block_size(small_textbook):
+    """Past block_size they follow different documented rules; the tokens up to T + 1 agree."""
+    model = _model(small_textbook)
+    T = small_textbook.block_size
+    cached, recomputed = _both_paths(model, _ids(small_textbook, 4, 1), 3 * T, 0.0)
+    assert torch.equal(cached[:, : T + 1], recomputed[:, : T + 1])
+    assert cached.shape == recomputed.shape == (4, 1 + 3 * T)
+
+
+def test_probabilities_are_a_distribution():
+    probs = next_token_probs(_logits(), 0.7, top_k=5)
+    assert not torch.isnan(probs).any()
+    assert math.isclose(float(probs.sum()), 4.0, rel_tol=1e-6)

@@ -1,0 +1,233 @@
+"""Shape and parameter tables against the textbook's table of shapes (chapter 3, section 3.6)."""
+
+import math
+
+import pytest
+import torch
+
+from gptlib import GPT, microgpt, parameter_formula, textbook
+from gptlib.shapes import Table, parameter_table, shape_table, symbolic_shape
+
+# Chapter 3's table, one layer's attention and MLP and the exit, in the textbook's letters.
+TEXTBOOK_ROWS = {
+    "idx": "[B, n]",
+    "tok_emb(idx)": "[B, n, d]",
+    "pos = arange(n)": "[n]",
+    "pos_emb(pos)": "[n, d]",
+    "tok_emb(idx) + pos_emb(pos)": "[B, n, d]",
+    "x = drop(...)": "[B, n, d]",
+    "qkv(x)": "[B, n, 3d]",
+    "q, k, v = split_heads(...) (each)": "[B, h, n, d_h]",
+    "k.transpose(-2, -1)": "[B, h, d_h, n]",
+    "scores = q @ kᵀ / √d_h": "[B, h, n, n]",
+    "future[:n, :n] (True = masked)": "[n, n]",
+    "weights = softmax(masked scores)": "[B, h, n, n]",
+    "weights @ v": "[B, h, n, d_h]",
+    "transpose(1, 2)": "[B, n, h, d_h]",
+    "heads side by side (view)": "[B, n, d]",
+    "attn(x) = proj(...)": "[B, n, d]",
+    "x + attn(x)": "[B, n, d]",
+    "ln1(x + attn(x))": "[B, n, d]",
+    "fc(x)": "[B, n, 4d]",
+    "gelu(fc(x))": "[B, n, 4d]",
+    "mlp(x) = proj(...)": "[B, n, d]",
+    "x + mlp(x)": "[B, n, d]",
+    "ln2(x + mlp(x)) = block output": "[B, n, d]",
+    "ln_f(x)": "[B, n, d]",
+    "logits = lm_head(ln_f(x))": "[B, n, V]",
+    "logits[:, :-1] (no label after the last position)": "[B, n-1, V]",
+    "labels[:, 1:] (no prediction for the first token)": "[B, n-1]",
+    "logits reshaped": "[B(n-1), V]",
+    "labels reshaped": "[B(n-1)]",
+    "loss = cross_entropy(...) (mean over positions)": "[]",
+}
+
+
+def _rows_by_name(table, step_prefix=None):
+    return {
+        r["tensor"]: r
+        for r in table.to_dicts()
+        if step_prefix is None
+        or r["step"].startswith(step_prefix)
+        or not r["step"].startswith("block")
+    }
+
+
+@pytest.fixture(scope="module")
+def chapter3():
+    """The chapter-3 preset itself, with B=3, n=20: every letter has its own size except L = h."""
+    torch.manual_seed(0)
+    model = GPT(textbook())
+    idx = torch.randint(0, 27, (3, 20))
+    return model, idx, shape_table(model, idx, labels=idx)
+
+
+def test_chapter3_symbolic_shapes_match_the_textbook(chapter3):
+    model, idx, table = chapter3
+    assert table.columns == ["step", "tensor", "shape", "symbolic", "dtype", "elements"]
+    for layer in range(model.cfg.n_layer):
+        rows = _rows_by_name(table, f"block {layer}")
+        for name, symbolic in TEXTBOOK_ROWS.items():
+            assert rows[name]["symbolic"] == symbolic, (layer, name)
+    rows = _rows_by_name(table, "block 0")
+    # The concrete numbers behind the letters: B=3, n=20, d=128, h=4, d_h=32, V=27.
+    assert rows["qkv(x)"]["shape"] == "[3, 20, 384]"
+    assert rows["weights = softmax(masked scores)"]["shape"] == "[3, 4, 20, 20]"
+    assert rows["gelu(fc(x))"]["shape"] == "[3, 20, 512]"
+    assert rows["logits reshaped"]["shape"] == "[57, 27]"
+    assert rows["future[:n, :n] (True = masked)"]["dtype"] == "bool"
+    assert (
+        rows["idx"]["dtype"] == "int64"
+        and rows["loss = cross_entropy(...) (mean over positions)"]["elements"] == 1
+    )
+    for r in table.to_dicts():
+        dims = [int(s) for s in r["shape"].strip("[]").split(", ") if s]
+        assert r["elements"] == math.prod(dims)
+    assert "B=3, n=20, T=64, V=27, d=128, h=4, d_h=32, L=4" in table.title
+
+
+def test_every_layer_appears_in_order_and_the_model_is_left_untouched(chapter3):
+    model, idx, table = chapter3
+    steps = [r["step"] for r in table.to_dicts()]
+    firsts = [steps.index(f"block {i} attention") for i in range(4)]
+    assert firsts == sorted(firsts) and steps[-1] == "loss"
+    names = [r["tensor"] for r in table.to_dicts()]
+    assert (
+        names.index("qkv(x)")
+        < names.index("weights = softmax(masked scores)")
+        < names.index("fc(x)")
+    )
+    assert len(table) == 6 + 1 + 4 * 17 + 2 + 5  # inputs+embedding, 17 rows a layer, exit, loss
+    for m in model.modules():
+        assert not m._forward_hooks and not m._forward_pre_hooks
+    assert all(not b.attn.keep_weights and b.attn.weights is None for b in model.blocks)
+    assert model.training  # a fresh GPT trains; the table's eval-mode pass restored that
+
+
+def test_table_shapes_are_the_real_ones():
+    """Concrete shapes come from the pass: they follow B and n, and the logits row equals the
+    model's own output shape."""
+    torch.manual_seed(0)
+    model = GPT(microgpt()).eval()
+    for B, n in ((1, 3), (5, 7)):
+        idx = torch.randint(0, 27, (B, n))
+        rows = _rows_by_name(shape_table(model, idx), "block 0")
+        assert rows["logits = lm_head(ln_f(x))"]["shape"] == str(list(model(idx)[0].shape))
+        assert rows["weights = softmax(masked scores)"]["shape"] == str([B, 4, n, n])
+        assert "loss = cross_entropy(...) (mean over positions)" not in rows
+    assert not model.training  # eval mode was kept too
+
+
+def test_letters_come_from_the_numbers_when_all_sizes_differ():
+    """B=2, n=10, T=12, V=27, d=56, h=4, d_h=14, L=3: no two letters share a size, so the role
+    hints play no part and the table equals plain number-to-letter matching."""
+    cfg = textbook(block_size=12, n_layer=3, n_head=4, n_embd=56)
+    model = GPT(cfg)
+    idx = torch.randint(0, 27, (2, 10))
+    table = shape_table(model, idx, labels=idx)
+    for r in table.to_dicts():
+        dims = [int(s) for s in r["shape"].strip("[]").split(", ") if s]
+        assert r["symbolic"] == symbolic_shape(dims, cfg, B=2, n=10), r
+    rows = _rows_by_name(table, "block 2")
+    for name, symbolic in TEXTBOOK_ROWS.items():
+        assert rows[name]["symbolic"] == symbolic, name
+
+
+def test_ties_are_resolved_by_role():
+    """microgpt with B=4 and a full window: B = h = d_h = 4 and n = T = 8."""
+    cfg = microgpt()
+    assert symbolic_shape((4, 4, 8, 4), cfg, B=4, n=8) == "[B, B, n, B]"  # numbers alone: ambiguous
+    assert (
+        symbolic_shape((4, 4, 8, 4), cfg, B=4, n=8, hint=("B", "h", "n", "d_h")) == "[B, h, n, d_h]"
+    )
+    # A hint can only choose among letters of the right size, never invent one.
+    assert symbolic_shape((4, 5), cfg, B=4, n=8, hint=("h", "d")) == "[h, 5]"
+    assert symbolic_shape((8, 16), cfg, hint=("T", "d")) == "[T, d]"
+    with pytest.raises(ValueError, match="letters for shape"):
+        symbolic_shape((4, 4), cfg, hint=("B",))
+
+    model = GPT(cfg)
+    idx = torch.randint(0, 27, (4, 8))
+    rows = _rows_by_name(shape_table(model, idx), "block 0")
+    assert rows["q, k, v = split_heads(...) (each)"]["symbolic"] == "[B, h, n, d_h]"
+    assert rows["k.transpose(-2, -1)"]["symbolic"] == "[B, h, d_h, n]"
+    assert rows["pos_emb(pos)"]["symbolic"] == "[n, d]"
+    # microgpt is pre-norm with ReLU: the norm comes before attention and the MLP.
+    names = [r["tensor"] for r in shape_table(model, idx).to_dicts()]
+    assert names.index("ln1(x)") < names.index("qkv(x)") and "relu(fc(x))" in names
+    assert names.index("x + attn(ln1(x))") < names.index("ln2(x)") < names.index("fc(x)")
+    assert names[-3:] == ["x + mlp(ln2(x)) = block output", "ln_f(x)", "logits = lm_head(ln_f(x))"]
+
+
+def test_manual_attention_path_gives_the_same_table():
+    idx = torch.randint(0, 27, (2, 6))
+    torch.manual_seed(0)
+    fused = shape_table(GPT(microgpt(attention="sdpa")), idx)
+    torch.manual_seed(0)
+    manual = shape_table(GPT(microgpt(attention="manual")), idx)
+    assert fused.rows == manual.rows
+
+
+def test_parameter_table_chapter3_tied():
+    cfg = textbook()
+    model = GPT(cfg)
+    table = parameter_table(model)
+    assert table.columns == ["name", "shape", "symbolic", "count", "shared with"]
+    assert (
+        table.total
+        == model.num_parameters()
+        == parameter_formula(cfg)
+        == sum(table.column("count"))
+    )
+    rows = {r["name"]: r for r in table.to_dicts()}
+    expected = {
+        "tok_emb.weight": "[V, d]",
+        "pos_emb.weight": "[T, d]",
+        "blocks.0.attn.qkv.weight": "[3d, d]",
+        "blocks.0.attn.proj.weight": "[d, d]",
+        "blocks.0.mlp.fc.weight": "[4d, d]",
+        "blocks.0.mlp.proj.weight": "[d, 4d]",
+        "blocks.3.ln2.bias": "[d]",
+        "ln_f.weight": "[d]",
+        "lm_head.weight": "[V, d]",
+    }
+    for name, symbolic in expected.items():
+        assert rows[name]["symbolic"] == symbolic, name
+    assert (
+        rows["lm_head.weight"]["shared with"] == "tok_emb.weight"
+        and rows["lm_head.weight"]["count"] == 0
+    )
+    assert (
+        rows["tok_emb.weight"]["shared with"] == "lm_head.weight"
+        and rows["tok_emb.weight"]["count"] == 27 * 128
+    )
+    assert "4 x [64, 64] bool" in table.footer  # the causal masks: buffers, not parameters
+
+
+def test_parameter_table_untied_with_ties_between_sizes():
+    cfg = microgpt(block_size=16, bias=True)  # T = d = 16: the role decides pos_emb is [T, d]
+    model = GPT(cfg)
+    table = parameter_table(model)
+    assert table.total == model.num_parameters() == parameter_formula(cfg)
+    rows = {r["name"]: r for r in table.to_dicts()}
+    assert rows["pos_emb.weight"]["symbolic"] == "[T, d]"
+    assert rows["blocks.0.attn.qkv.bias"]["symbolic"] == "[3d]"
+    assert rows["blocks.0.mlp.fc.bias"]["symbolic"] == "[4d]"
+    assert (
+        rows["lm_head.weight"]["count"] == 27 * 16 and rows["lm_head.weight"]["shared with"] == ""
+    )
+
+
+def test_table_text_and_html():
+    t = Table(["name", "value"], [["a<b", 1], ["long name", 12345]], title="T", footer="note")
+    text = str(t)
+    lines = text.splitlines()
+    assert lines[0] == "T" and lines[-1] == "note"
+    assert lines[1].startswith("name") and lines[3] == "a<b            1"  # numbers right-aligned
+    assert lines[4] == "long name  12345"
+    assert repr(t) == text
+    html = t._repr_html_()
+    assert "<th>name</th>" in html and "a&lt;b" in html and "<caption>T</caption>" in html
+    assert t.to_dicts() == [{"name": "a<b", "value": 1}, {"name": "long name", "value": 12345}]
+    with pytest.raises(ValueError, match="2 columns"):
+        Table(["a", "b"], [[1]])

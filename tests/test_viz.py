@@ -1,0 +1,301 @@
+"""Every picture in gptlib.viz, rendered with the Agg backend and read back: data, labels, titles."""
+
+import ast
+import math
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+
+from gptlib import GPT, History, microgpt, textbook, viz
+from gptlib.train import learning_rate, train
+
+SYMBOLS = list("abcdefghijklmnopqrstuvwxyz.")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def agg_backend():
+    plt.switch_backend("Agg")  # draw off-screen, the same in every environment
+    yield
+
+
+@pytest.fixture(scope="module")
+def maps():
+    """Real causal attention maps of a small chapter-3-like model: [L=2, h=4, n=6, n=6]."""
+    torch.manual_seed(0)
+    model = GPT(textbook(n_layer=2, n_embd=32, block_size=16))
+    idx = torch.tensor([[26, 4, 12, 12, 0, 26]])  # ".emma."
+    return model.attention_maps(idx)[:, 0]
+
+
+def _history(n=30):
+    return History(
+        step=list(range(n)),
+        lr=[1e-3] * n,
+        loss=[3.3 - 0.05 * i for i in range(n)],
+        grad_norm=[0.5 + (i % 7) * 0.2 for i in range(n)],
+        val_step=[0, 10, 20, n - 1],
+        val_loss=[3.2, 2.9, 2.5, 2.3],
+        clip=1.0,
+    )
+
+
+def _image(ax) -> np.ndarray:
+    return np.ma.filled(ax.images[0].get_array().astype(float), np.nan)
+
+
+def _ticks(labels) -> list[str]:
+    return [t.get_text() for t in labels]
+
+
+def _not_in_pyplot(fig):
+    # Closed in pyplot: a notebook shows the returned figure once, not a second time at cell end.
+    assert isinstance(fig, Figure)
+    assert all(plt.figure(num) is not fig for num in plt.get_fignums())
+
+
+def test_attention_map_masks_future_and_labels_tokens(maps):
+    w = maps[0, 1]  # [6, 6]
+    fig = viz.plot_attention(w, ".emma.", title="layer 0, head 1")
+    _not_in_pyplot(fig)
+    ax = fig.axes[0]
+    expected = w.double().numpy().copy()
+    expected[np.triu_indices(6, k=1)] = np.nan  # the causal zeros are drawn empty
+    np.testing.assert_array_equal(_image(ax), expected)
+    assert _ticks(ax.get_xticklabels()) == list(".emma.")
+    assert _ticks(ax.get_yticklabels()) == list(".emma.")
+    assert ax.get_title() == "layer 0, head 1"
+    assert ax.get_xlabel().startswith("key") and ax.get_ylabel().startswith("query")
+    assert len(fig.axes) == 2 and "attention weight" in fig.axes[1].get_ylabel()  # colour bar
+    assert ax.images[0].get_clim() == (0.0, 1.0)
+    assert to_hex(ax.images[0].get_cmap().get_bad()) == "#ffffff"
+
+
+def test_attention_map_keeps_nonzero_future_and_draws_into_given_axes():
+    w = torch.full((3, 3), 1 / 3)  # not causal: nothing above the diagonal is hidden
+    fig, ax = plt.subplots()
+    plt.close(fig)
+    assert viz.plot_attention(w, ["x", "y", "z"], ax=ax) is fig
+    np.testing.assert_allclose(_image(ax), np.full((3, 3), 1 / 3))
+    with pytest.raises(ValueError, match="token labels"):
+        viz.plot_attention(w, "ab")
+
+
+def test_attention_grid_layers_by_heads(maps):
+    fig = viz.plot_attention_grid(maps, ".emma.", title="all heads", layer_names=["L0", "L1"])
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 2 * 4
+    for i, ax in enumerate(panels):
+        layer, head = divmod(i, 4)
+        np.testing.assert_array_equal(_image(ax), viz.masked_future(maps[layer, head]))
+        assert ax.get_title() == f"L{layer}, head {head}"
+    assert _ticks(panels[-1].get_xticklabels()) == list(".emma.")
+    assert _ticks(panels[0].get_yticklabels()) == list(".emma.")
+    assert fig._suptitle.get_text() == "all heads"
+
+
+def test_attention_grid_wraps_many_heads():
+    torch.manual_seed(0)
+    w = GPT(microgpt(n_head=16)).attention_maps(torch.zeros(1, 5, dtype=torch.long))[
+        0, 0
+    ]  # [16, 5, 5]
+    fig = viz.plot_attention_grid(w, "abcde")
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 16
+    assert [ax.get_title() for ax in panels] == [f"head {i}" for i in range(16)]
+    rows = {round(ax.get_position().y0, 3) for ax in panels}
+    assert len(rows) == 4  # 16 heads in rows of 4
+
+
+def test_heatmap_shows_the_matrix():
+    m = torch.arange(12.0).reshape(3, 4) - 5
+    fig = viz.plot_heatmap(
+        m, row_labels=list("abc"), title="scores", xlabel="key", ylabel="query", cbar_label="q.k"
+    )
+    ax = fig.axes[0]
+    np.testing.assert_array_equal(_image(ax), m.numpy())
+    assert _ticks(ax.get_yticklabels()) == list("abc")
+    assert (ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) == ("scores", "key", "query")
+    assert fig.axes[1].get_ylabel() == "q.k"
+    centred = viz.plot_heatmap(m, center_zero=True, annotate=True)
+    assert centred.axes[0].images[0].get_clim() == (-6.0, 6.0)
+    assert len(centred.axes[0].texts) == 12
+
+
+def test_curves_and_bars_carry_their_data():
+    x = [1, 2, 4, 8]
+    fig = viz.plot_curves(
+        x,
+        {"a": [1, 2, 3, 4], "b": [4, 3, 2, 1]},
+        "d",
+        "loss",
+        "curves",
+        logx=True,
+        hlines={"ref": 2.5},
+    )
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    np.testing.assert_array_equal(lines["a"].get_xdata(), x)
+    np.testing.assert_array_equal(lines["b"].get_ydata(), [4, 3, 2, 1])
+    assert lines["ref"].get_linestyle() == "--" and lines["ref"].get_ydata()[0] == 2.5
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
+    assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) == ("d", "loss", "curves")
+    with pytest.raises(ValueError, match="values for 4 x values"):
+        viz.plot_curves(x, {"a": [1, 2]}, "x", "y", "t")
+
+    fig = viz.plot_bars(
+        [0.1, 0.5, 0.4], ["p", "q", "r"], "bars", "share", xlabel="item", highlight="q"
+    )
+    ax = fig.axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    np.testing.assert_allclose(heights, [0.1, 0.5, 0.4])
+    colours = [to_hex(p.get_facecolor()) for p in ax.patches]
+    assert colours[1] != colours[0] == colours[2]
+    assert _ticks(ax.get_xticklabels()) == ["p", "q", "r"]
+    assert (ax.get_title(), ax.get_ylabel(), ax.get_xlabel()) == ("bars", "share", "item")
+
+
+def test_loss_plot_lines_uniform_guess_and_baseline():
+    h = _history()
+    fig = viz.plot_loss(h, vocab_size=27, baseline={"bigram": 2.45})
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    np.testing.assert_array_equal(lines["train"].get_xdata(), h.step)
+    np.testing.assert_array_equal(lines["train"].get_ydata(), h.loss)
+    np.testing.assert_array_equal(lines["val"].get_xdata(), h.val_step)
+    np.testing.assert_array_equal(lines["val"].get_ydata(), h.val_loss)
+    uniform = lines["uniform guess ln V"]
+    assert uniform.get_linestyle() == "--"
+    assert uniform.get_ydata()[0] == pytest.approx(math.log(27))
+    assert lines["bigram"].get_ydata()[0] == 2.45
+    assert ax.get_title() == "Training loss"
+    assert ax.get_xlabel() == "step" and "nats" in ax.get_ylabel()
+    h.interrupted = True
+    assert viz.plot_loss(h).axes[0].get_title() == "Training loss (interrupted)"
+
+
+class FakeHandle:
+    def __init__(self):
+        self.updates = 0
+
+    def update(self, fig):
+        self.updates += 1
+
+
+def test_live_loss_plot_redraws_in_place_during_train(monkeypatch):
+    shown = []
+
+    def fake_display(fig):
+        shown.append(fig)
+        return handle
+
+    handle = FakeHandle()
+    monkeypatch.setattr(viz, "_in_ipython", lambda: True)
+    monkeypatch.setattr(viz, "_display", fake_display)
+    torch.manual_seed(0)
+    model = GPT(microgpt())
+    tokens = torch.randint(0, 27, (200,))
+    with viz.LiveLossPlot(vocab_size=27, every=4) as live:
+        hist = train(model, tokens, steps=10, batch_size=4, warmup=2, callback=live)
+    # Redraws after steps 1, 5, 9 and once more when the block ends: one display, then updates.
+    assert len(shown) == 1 and handle.updates == 3 and live.redraws == 4
+    lines = {line.get_label(): line for line in live.fig.axes[0].get_lines()}
+    np.testing.assert_array_equal(lines["train"].get_ydata(), hist.loss)
+    assert lines["uniform guess ln V"].get_ydata()[0] == pytest.approx(math.log(27))
+
+
+def test_live_loss_plot_without_ipython_and_on_interrupt():
+    live = viz.LiveLossPlot(every=1)
+    h = _history(5)
+    with pytest.raises(KeyboardInterrupt):
+        with live:
+            live(h)
+            raise KeyboardInterrupt
+    assert live.redraws == 1 and live.handle is None  # only the final, static drawing
+    ax = live.fig.axes[0]
+    assert "Ctrl-C" in ax.get_title()
+    np.testing.assert_array_equal(ax.get_lines()[0].get_ydata(), h.loss)
+    assert live.finish() is live.fig
+
+
+def test_lr_schedule_and_grad_norm():
+    steps = list(range(50))
+    lrs = [learning_rate(s, 1e-3, warmup=10, total_steps=50, schedule="cosine") for s in steps]
+    ax = viz.plot_lr_schedule(steps, lrs).axes[0]
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), lrs)
+    assert (ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) == (
+        "Learning-rate schedule",
+        "step",
+        "learning rate",
+    )
+
+    h = _history()
+    ax = viz.plot_grad_norm(h).axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    np.testing.assert_allclose(lines["norm before clipping"].get_ydata(), h.grad_norm)
+    clip = lines["clip = 1"]
+    assert clip.get_linestyle() == "--" and clip.get_ydata()[0] == 1.0
+    assert ax.get_title() == "Gradient norm" and "norm" in ax.get_ylabel()
+    assert "clip = 0.5" in [
+        line.get_label() for line in viz.plot_grad_norm(h, clip=0.5).axes[0].get_lines()
+    ]
+
+
+def test_next_token_probs_bars():
+    probs = torch.softmax(torch.linspace(-2, 2, 27), dim=0)
+    fig = viz.plot_next_token_probs(probs, SYMBOLS, temperature=0.8, highlight=int(probs.argmax()))
+    ax = fig.axes[0]
+    np.testing.assert_allclose([p.get_height() for p in ax.patches], probs.numpy(), rtol=1e-6)
+    assert _ticks(ax.get_xticklabels()) == SYMBOLS
+    assert ax.get_title() == "Next-token probabilities (temperature 0.8)"
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("next token", "probability")
+    assert "greedy" in viz.plot_next_token_probs(probs, SYMBOLS, temperature=0).axes[0].get_title()
+
+
+def test_pca_matches_the_covariance_eigenvectors():
+    torch.manual_seed(0)
+    w = torch.randn(27, 8) * torch.linspace(3, 0.5, 8)  # a clear first and second direction
+    xy = viz.pca_2d(w)
+    assert xy.shape == (27, 2)
+    centred = w.double() - w.double().mean(0)
+    _, vecs = torch.linalg.eigh(centred.T @ centred)  # ascending eigenvalues
+    top = vecs[:, [-1, -2]]
+    torch.testing.assert_close(xy.abs(), (centred @ top).abs())
+    torch.testing.assert_close(xy.mean(0), torch.zeros(2, dtype=torch.float64), atol=1e-12, rtol=0)
+    assert xy[:, 0].var() >= xy[:, 1].var()
+
+    fig = viz.plot_embeddings_2d(w, SYMBOLS, title="tok_emb")
+    ax = fig.axes[0]
+    np.testing.assert_allclose(ax.collections[0].get_offsets(), xy.numpy())
+    assert [t.get_text() for t in ax.texts] == SYMBOLS
+    assert (
+        ax.get_title() == "tok_emb"
+        and "direction 1" in ax.get_xlabel()
+        and "direction 2" in ax.get_ylabel()
+    )
+
+
+def test_import_rules():
+    """viz never imports widgets; model code never imports viz (only widgets may)."""
+    package = Path(viz.__file__).parent
+
+    def imports(path):
+        tree = ast.parse(path.read_text())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                found |= {f"{node.module}.{a.name}" for a in node.names} | {node.module or ""}
+        return found
+
+    assert not any("widgets" in name for name in imports(package / "viz.py"))
+    for path in package.rglob("*.py"):
+        if path.name not in ("viz.py", "widgets.py"):
+            assert not any(name.endswith("viz") for name in imports(path)), path
+    assert matplotlib.get_backend().lower() == "agg"

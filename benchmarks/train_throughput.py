@@ -67,18 +67,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); "
-          f"textbook preset on names, B={args.batch_size}, T=64")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); "
+        f"textbook preset on names, B={args.batch_size}, T=64"
+    )
     peak = matmul_gflops()
     print(f"{'float32 matmul 2048^3':<24} {'':>12} {peak:10.1f} GFLOP/s   (reference)")
     for attention in ("manual", "sdpa"):
         tps, gflops = measure(attention, args.steps, args.batch_size)
-        print(f"{'train step, ' + attention:<24} {tps:9.0f} tok/s {gflops:8.1f} GFLOP/s   "
-              f"{100 * gflops / peak:5.1f}% of matmul")
+        print(
+            f"{'train step, ' + attention:<24} {tps:9.0f} tok/s {gflops:8.1f} GFLOP/s   "
+            f"{100 * gflops / peak:5.1f}% of matmul"
+        )
 
 
 if __name__ == "__main__":

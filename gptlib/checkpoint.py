@@ -81,7 +81,9 @@ def save_checkpoint(
 def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu") -> Checkpoint:
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"checkpoint {path!r} does not exist; train one with `python -m gptlib train --out {path}`")
+        raise FileNotFoundError(
+            f"checkpoint {path!r} does not exist; train one with `python -m gptlib train --out {path}`"
+        )
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # torch.load fails in many ways on a bad file; all mean the same
@@ -104,7 +106,9 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
         model = GPT(config).to(device)
         model.load_state_dict(payload["model"])
     except (KeyError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"{path!r} is an incomplete or inconsistent checkpoint: {e}") from None
+        raise CheckpointError(
+            f"{path!r} is an incomplete or inconsistent checkpoint: {e}"
+        ) from None
     model.eval()
     history = History.from_dict(payload["history"]) if payload.get("history") else None
     return Checkpoint(
@@ -125,7 +129,11 @@ def asset_path(name: str) -> str:
     """The path of one of the course's small trained checkpoints in `assets/`."""
     path = os.path.join(ASSETS, name)
     if not os.path.exists(path):
-        available = sorted(f for f in os.listdir(ASSETS) if f.endswith(".pt")) if os.path.isdir(ASSETS) else []
+        available = (
+            sorted(f for f in os.listdir(ASSETS) if f.endswith(".pt"))
+            if os.path.isdir(ASSETS)
+            else []
+        )
         raise FileNotFoundError(
             f"no asset {name!r} in {ASSETS}; available: {', '.join(available) or 'none'} "
             "(assets/README.md has the command that regenerates each)"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 
 import torch
@@ -75,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default=None, help="cpu | cuda | mps (default: the best available)")
     t.add_argument("--out", default="runs/model.pt", help="where to write the checkpoint")
     t.add_argument("--samples", type=int, default=10, help="samples to print at the end")
-    t.add_argument("--no-optimizer-state", action="store_true", help="save weights, config and history only (smaller file)")
+    t.add_argument(
+        "--no-optimizer-state",
+        action="store_true",
+        help="save weights, config and history only (smaller file)",
+    )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     s = sub.add_parser("sample", help="print samples from a checkpoint")
@@ -126,10 +129,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         changes["block_size"] = 16
     cfg = preset(args.preset, corpus.vocab_size, **changes)
     model = GPT(cfg).to(device)
-    print(f"device {device}  data {corpus.name}  vocab {cfg.vocab_size}  "
-          f"train/val tokens {corpus.train.numel():,}/{corpus.val.numel():,}")
-    print(f"preset {args.preset}  parameters {model.num_parameters():,}  "
-          f"(L={cfg.n_layer} d={cfg.n_embd} h={cfg.n_head} T={cfg.block_size})")
+    print(
+        f"device {device}  data {corpus.name}  vocab {cfg.vocab_size}  "
+        f"train/val tokens {corpus.train.numel():,}/{corpus.val.numel():,}"
+    )
+    print(
+        f"preset {args.preset}  parameters {model.num_parameters():,}  "
+        f"(L={cfg.n_layer} d={cfg.n_embd} h={cfg.n_head} T={cfg.block_size})"
+    )
     opt = make_optimizer(model, args.lr)
     bar = tqdm(total=args.steps, disable=args.no_progress, unit="step", file=sys.stderr)
 
@@ -163,20 +170,48 @@ def cmd_train(args: argparse.Namespace) -> int:
     bigram = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
     print(f"final train loss {train_loss:.4f}  val loss {val_loss:.4f} nats/token")
     print(f"bigram baseline val loss {bigram:.4f}  (model is {bigram - val_loss:+.4f} nats better)")
-    save_checkpoint(args.out, model, corpus.tokenizer, None if args.no_optimizer_state else opt, len(hist), hist,
-                    extra={"data": args.data, "preset": args.preset, "val_loss": val_loss, "bigram_val_loss": bigram})
+    save_checkpoint(
+        args.out,
+        model,
+        corpus.tokenizer,
+        None if args.no_optimizer_state else opt,
+        len(hist),
+        hist,
+        extra={
+            "data": args.data,
+            "preset": args.preset,
+            "val_loss": val_loss,
+            "bigram_val_loss": bigram,
+        },
+    )
     print(f"saved {args.out}")
     if args.samples > 0:
         print("samples (temperature 1.0):")
-        _print_samples(model, corpus.tokenizer, args.samples, 1.0, None, args.seed, 40 if corpus.tokenizer.bos else 200)
+        _print_samples(
+            model,
+            corpus.tokenizer,
+            args.samples,
+            1.0,
+            None,
+            args.seed,
+            40 if corpus.tokenizer.bos else 200,
+        )
     return 0
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
     device = choose_device(args.device)
     ckpt = load_checkpoint(args.checkpoint, device)
-    _print_samples(ckpt.model, ckpt.tokenizer, args.num, args.temperature, args.top_k, args.seed,
-                   args.max_len, args.prompt)
+    _print_samples(
+        ckpt.model,
+        ckpt.tokenizer,
+        args.num,
+        args.temperature,
+        args.top_k,
+        args.seed,
+        args.max_len,
+        args.prompt,
+    )
     return 0
 
 

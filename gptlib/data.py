@@ -39,7 +39,9 @@ def load_text(path: str | os.PathLike) -> str:
             "or 'names' / 'surnames' for a built-in corpus"
         ) from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"{os.fspath(path)!r} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise ValueError(
+            f"{os.fspath(path)!r} is not UTF-8 text ({e.reason} at byte {e.start})"
+        ) from None
     if not text:
         raise ValueError(f"text file {os.fspath(path)!r} is empty")
     return text

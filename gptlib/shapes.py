@@ -132,6 +132,7 @@ def symbolic_shape(
     Each size becomes the letter of that size (from `cfg`, and from B and n when given); a size
     no letter has stays a number. `hint` (one letter per dimension, the tensor's role) only breaks
     ties between letters of equal size: it can never give a dimension a letter of another size.
+    A hint that is the size itself as a number ("1") keeps that dimension a plain number.
     """
     shape = tuple(int(s) for s in shape)
     if hint is not None and len(hint) != len(shape):
@@ -140,7 +141,7 @@ def symbolic_shape(
     out = []
     for i, size in enumerate(shape):
         candidates = [letter for letter, s in sizes.items() if s == size]
-        if hint is not None and hint[i] in candidates:
+        if hint is not None and (hint[i] in candidates or hint[i] == str(size)):
             out.append(hint[i])
         elif candidates:
             out.append(candidates[0])

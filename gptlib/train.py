@@ -170,7 +170,9 @@ def train(
             if clip is not None:
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             else:
-                norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+                norm = torch.nn.utils.get_total_norm(
+                    [p.grad for p in model.parameters() if p.grad is not None]
+                )
             opt.step()
             hist.step.append(step)
             hist.lr.append(lr)

@@ -14,7 +14,10 @@ from gptlib.train import estimate_loss
 def _readme_figures() -> dict[str, float]:
     with open(os.path.join(ASSETS, "README.md"), encoding="utf-8") as f:
         text = f.read()
-    return {m[1]: float(m[2]) for m in re.finditer(r"^\| `([\w.-]+\.pt)` \|.*\| ([0-9.]+) \|$", text, re.M)}
+    return {
+        m[1]: float(m[2])
+        for m in re.finditer(r"^\| `([\w.-]+\.pt)` \|.*\| ([0-9.]+) \|$", text, re.M)
+    }
 
 
 FIGURES = _readme_figures()
@@ -23,7 +26,9 @@ FIGURES = _readme_figures()
 def test_readme_lists_every_asset():
     on_disk = sorted(f for f in os.listdir(ASSETS) if f.endswith(".pt"))
     assert sorted(FIGURES) == on_disk
-    assert {f"names-microgpt-h{h}.pt" for h in (1, 2, 4, 8, 16)} | {"names-textbook.pt"} == set(on_disk)
+    assert {f"names-microgpt-h{h}.pt" for h in (1, 2, 4, 8, 16)} | {"names-textbook.pt"} == set(
+        on_disk
+    )
     total = sum(os.path.getsize(os.path.join(ASSETS, f)) for f in on_disk)
     assert total < 5_000_000
 

@@ -9,7 +9,17 @@ from gptlib.cli import main
 
 def test_train_then_sample_end_to_end(tmp_path, capsys):
     out = tmp_path / "m.pt"
-    args = ["train", "--preset", "microgpt", "--steps", "5", "--batch-size", "4", "--eval-every", "2"]
+    args = [
+        "train",
+        "--preset",
+        "microgpt",
+        "--steps",
+        "5",
+        "--batch-size",
+        "4",
+        "--eval-every",
+        "2",
+    ]
     main([*args, "--out", str(out), "--samples", "3", "--no-progress", "--device", "cpu"])
     text = capsys.readouterr().out
     assert "device cpu" in text and "vocab 27" in text and "parameters 4,112" in text
@@ -29,8 +39,24 @@ def test_text_file_training(tmp_path, capsys):
     text = tmp_path / "input.txt"
     text.write_text("hello world\nhello torch\n" * 20, encoding="utf-8")
     out = tmp_path / "t.pt"
-    main(["train", "--data", str(text), "--preset", "microgpt", "--steps", "3", "--batch-size", "2",
-          "--out", str(out), "--samples", "0", "--no-progress"])
+    main(
+        [
+            "train",
+            "--data",
+            str(text),
+            "--preset",
+            "microgpt",
+            "--steps",
+            "3",
+            "--batch-size",
+            "2",
+            "--out",
+            str(out),
+            "--samples",
+            "0",
+            "--no-progress",
+        ]
+    )
     main(["sample", str(out), "--num", "1", "--prompt", "hel", "--max-len", "5"])
     printed = capsys.readouterr().out
     assert "vocab 11" in printed  # h e l o w r d t c, space and newline
@@ -64,7 +90,16 @@ def test_errors_from_the_library_are_short(tmp_path):
     assert "missing.pt" in res.stderr and "does not exist" in res.stderr
     assert "Traceback" not in res.stderr
     res = subprocess.run(
-        [sys.executable, "-m", "gptlib", "train", "--data", str(tmp_path / "none.txt"), "--steps", "1"],
+        [
+            sys.executable,
+            "-m",
+            "gptlib",
+            "train",
+            "--data",
+            str(tmp_path / "none.txt"),
+            "--steps",
+            "1",
+        ],
         capture_output=True,
         text=True,
     )

@@ -28,7 +28,13 @@ def test_bad_options_are_rejected_by_name(field, value):
 
 def test_microgpt_is_chapter_two():
     cfg = microgpt()
-    assert (cfg.vocab_size, cfg.block_size, cfg.n_embd, cfg.n_head, cfg.n_layer) == (27, 8, 16, 4, 1)
+    assert (cfg.vocab_size, cfg.block_size, cfg.n_embd, cfg.n_head, cfg.n_layer) == (
+        27,
+        8,
+        16,
+        4,
+        1,
+    )
     assert (cfg.norm, cfg.norm_placement, cfg.activation) == ("rmsnorm", "pre", "relu")
     assert not cfg.bias and not cfg.tie_embeddings and cfg.head_dim == 4
     n = GPT(cfg).num_parameters()

@@ -6,7 +6,11 @@ from gptlib.device import choose_device
 
 def test_default_is_best_available(monkeypatch):
     monkeypatch.delenv("GPTLIB_DEVICE", raising=False)
-    expected = "cuda" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
+    expected = (
+        "cuda"
+        if torch.cuda.is_available()
+        else ("mps" if torch.backends.mps.is_available() else "cpu")
+    )
     assert choose_device().type == expected
 
 

@@ -117,7 +117,11 @@ def test_parameter_count_closed_form(tie):
 
 @pytest.mark.parametrize(
     "cfg",
-    [microgpt(), textbook(bias=True), textbook(norm="rmsnorm", norm_placement="pre", norm_bias=False)],
+    [
+        microgpt(),
+        textbook(bias=True),
+        textbook(norm="rmsnorm", norm_placement="pre", norm_bias=False),
+    ],
 )
 def test_parameter_formula_matches_other_configs(cfg):
     assert GPT(cfg).num_parameters() == parameter_formula(cfg)

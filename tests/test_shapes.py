@@ -231,3 +231,15 @@ def test_table_text_and_html():
     assert t.to_dicts() == [{"name": "a<b", "value": 1}, {"name": "long name", "value": 12345}]
     with pytest.raises(ValueError, match="2 columns"):
         Table(["a", "b"], [[1]])
+
+
+def test_a_numeric_hint_keeps_a_plain_number():
+    from gptlib.config import microgpt
+    from gptlib.shapes import symbolic_shape
+
+    cfg = microgpt()  # L = 1, so a size-1 dimension would otherwise read "L"
+    assert symbolic_shape((3, 1), cfg, B=3, n=8) == "[B, L]"
+    assert symbolic_shape((3, 1), cfg, B=3, n=8, hint=("B", "1")) == "[B, 1]"
+    assert (
+        symbolic_shape((3, 5), cfg, B=3, n=8, hint=("B", "1")) == "[B, 5]"
+    )  # hint must equal size

@@ -82,7 +82,9 @@ def test_clip_caps_the_update_norm():
     before = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     hist = train(model, tokens, 1, 4, optimizer=opt, max_lr=1.0, warmup=0, clip=0.01)
-    step = torch.sqrt(sum(((p - b) ** 2).sum() for p, b in zip(model.parameters(), before, strict=True)))
+    step = torch.sqrt(
+        sum(((p - b) ** 2).sum() for p, b in zip(model.parameters(), before, strict=True))
+    )
     assert hist.grad_norm[0] > 0.01  # the raw norm is logged ...
     assert step.item() == pytest.approx(0.01, rel=1e-3)  # ... the applied update is clipped
 

@@ -39,6 +39,27 @@ def _close(a, b, atol: float, rtol: float) -> bool:
     return True
 
 
+def with_error_hints(user_fn: Callable, hints: Sequence[tuple[str, str]]) -> Callable:
+    """Wrap the reader's function: an error whose first line contains a known fragment gets the
+    matching hint appended. `hints` is a list of (fragment, hint)."""
+
+    def wrapped(*inputs):
+        try:
+            return user_fn(*inputs)
+        except (RuntimeError, ValueError, IndexError) as e:
+            first_line = str(e).splitlines()[0] if str(e) else ""
+            for fragment, hint in hints:
+                if fragment in first_line:
+                    try:
+                        explained = type(e)(f"{first_line}. Hint: {hint}")
+                    except Exception:  # an exception class with another constructor
+                        explained = RuntimeError(f"{first_line}. Hint: {hint}")
+                    raise explained from None
+            raise
+
+    return wrapped
+
+
 def compare(
     name: str,
     user_fn: Callable,
@@ -48,41 +69,53 @@ def compare(
     trials: int = 3,
     atol: float = 1e-5,
     rtol: float = 1e-4,
+    error_hints: Sequence[tuple[str, str]] = (),
 ) -> CheckResult:
     """Run `user_fn` and `reference_fn` on `trials` seeded random inputs.
 
     `mistakes` pairs a hint with a wrong implementation: when the reader's output matches a
-    wrong implementation, that hint is the message.
+    wrong implementation (values and shape), that hint is the message. `error_hints` pairs a
+    fragment of an error message with a hint added when the reader's function raises it.
     """
+    if error_hints:
+        user_fn = with_error_hints(user_fn, error_hints)
     for trial in range(trials):
         inputs = make_inputs(torch.Generator().manual_seed(1000 + trial))
         expected = reference_fn(*inputs)
         try:
             got = user_fn(*inputs)
         except NotImplementedError:
-            return CheckResult(False, f"✗ {name}: not written yet (the function raises NotImplementedError)")
+            return CheckResult(
+                False, f"✗ {name}: not written yet (the function raises NotImplementedError)"
+            )
         except Exception as e:  # the reader's code failed: say how
             return CheckResult(False, f"✗ {name}: your function raised {type(e).__name__}: {e}")
+        if _close(got, expected, atol, rtol):
+            continue
+        # A known mistake names itself, whether it changed the values or the shape.
+        for hint, wrong_fn in mistakes:
+            try:
+                wrong = wrong_fn(*inputs)
+            except Exception:
+                continue
+            if _close(got, wrong, atol, rtol):
+                return CheckResult(False, f"✗ {name}: {hint}")
         exp_t, got_t = _as_tuple(expected), _as_tuple(got)
-        for e_, g_ in zip(exp_t, got_t, strict=False):
+        if len(exp_t) != len(got_t):
+            return CheckResult(
+                False, f"✗ {name}: returned {len(got_t)} value(s), expected {len(exp_t)}"
+            )
+        for e_, g_ in zip(exp_t, got_t, strict=True):
             e_shape, g_shape = tuple(torch.as_tensor(e_).shape), tuple(torch.as_tensor(g_).shape)
             if e_shape != g_shape:
                 return CheckResult(
                     False, f"✗ {name}: output has shape {list(g_shape)}, expected {list(e_shape)}"
                 )
-        if not _close(got, expected, atol, rtol):
-            for hint, wrong_fn in mistakes:
-                try:
-                    wrong = wrong_fn(*inputs)
-                except Exception:
-                    continue
-                if _close(got, wrong, atol, rtol):
-                    return CheckResult(False, f"✗ {name}: {hint}")
-            diff = max(
-                float((torch.as_tensor(g_).double() - torch.as_tensor(e_).double()).abs().max())
-                for e_, g_ in zip(exp_t, got_t, strict=False)
-            )
-            return CheckResult(
-                False, f"✗ {name}: values differ from the reference (largest difference {diff:.3g})"
-            )
+        diff = max(
+            float((torch.as_tensor(g_).double() - torch.as_tensor(e_).double()).abs().max())
+            for e_, g_ in zip(exp_t, got_t, strict=True)
+        )
+        return CheckResult(
+            False, f"✗ {name}: values differ from the reference (largest difference {diff:.3g})"
+        )
     return CheckResult(True, f"✓ {name}: matches the reference on {trials} random inputs")

@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from gptlib.exercises.checking import CheckResult, compare
-from gptlib.exercises.embeddings import name_shape_mistake, with_error_hints
 
 __all__ = ["check_shifted_loss", "solution_shifted_loss"]
 
@@ -92,7 +91,11 @@ _ERROR_HINTS = [
 
 def check_shifted_loss(loss_fn) -> CheckResult:
     """Check `loss_fn(logits [B, n, V], labels [B, n]) -> scalar` (the shift inside the loss)."""
-    name = "shifted loss"
-    fn = with_error_hints(loss_fn, _ERROR_HINTS)
-    result = compare(name, fn, solution_shifted_loss, _make_inputs, mistakes=_MISTAKES)
-    return name_shape_mistake(result, name, fn, _make_inputs, _MISTAKES)
+    return compare(
+        "shifted loss",
+        loss_fn,
+        solution_shifted_loss,
+        _make_inputs,
+        _MISTAKES,
+        error_hints=_ERROR_HINTS,
+    )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from gptlib.exercises.checking import CheckResult, compare
-from gptlib.exercises.embeddings import name_shape_mistake
 
 __all__ = ["check_qkv_split", "check_soft_lookup", "solution_qkv_split", "solution_soft_lookup"]
 
@@ -101,11 +100,9 @@ _SPLIT_MISTAKES = [
 
 def check_qkv_split(split_fn) -> CheckResult:
     """Check `split_fn(qkv [B, n, 3d], n_head) -> (q, k, v)`, each [B, h, n, d_h]."""
-    name = "qkv split"
-    result = compare(
-        name, split_fn, solution_qkv_split, _make_split_inputs, mistakes=_SPLIT_MISTAKES
+    return compare(
+        "qkv split", split_fn, solution_qkv_split, _make_split_inputs, mistakes=_SPLIT_MISTAKES
     )
-    return name_shape_mistake(result, name, split_fn, _make_split_inputs, _SPLIT_MISTAKES)
 
 
 # --- soft lookup -----------------------------------------------------------------------------
@@ -187,8 +184,10 @@ _LOOKUP_MISTAKES = [
 def check_soft_lookup(lookup_fn) -> CheckResult:
     """Check `lookup_fn(query [d_k], keys [m, d_k], values [m, d_v]) -> (weights [m], result
     [d_v])`, with weights = softmax(keys @ query) and result = weights @ values."""
-    name = "soft lookup"
-    result = compare(
-        name, lookup_fn, solution_soft_lookup, _make_lookup_inputs, mistakes=_LOOKUP_MISTAKES
+    return compare(
+        "soft lookup",
+        lookup_fn,
+        solution_soft_lookup,
+        _make_lookup_inputs,
+        mistakes=_LOOKUP_MISTAKES,
     )
-    return name_shape_mistake(result, name, lookup_fn, _make_lookup_inputs, _LOOKUP_MISTAKES)

@@ -1,5 +1,5 @@
-"""generate and its helpers: temperature, top-k, stopping at BOS, cropping to block_size, and the
-same tokens with and without the KV cache."""
+"""generate, next_token_probs, pick_next, sample_documents, complete: temperature, top-k,
+stopping at BOS, cropping to block_size, and the same tokens with and without the KV cache."""
 
 import math
 

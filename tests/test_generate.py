@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from helpers import random_ids, sharp_model
 
 from gptlib.config import textbook
 from gptlib.generate import complete, generate, next_token_probs, pick_next, sample_documents
@@ -14,20 +15,8 @@ from gptlib.tokenizer import CharTokenizer
 ATTENTIONS = ["manual", "sdpa"]
 
 
-def _model(cfg, seed=0):
-    """A random model with weights ten times the usual init: clearly non-uniform logits."""
-    torch.manual_seed(seed)
-    model = GPT(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.mul_(10)
-    return model
-
-
-def _ids(cfg, B, n, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, cfg.vocab_size, (B, n), generator=g)
+_model = sharp_model
+_ids = random_ids
 
 
 def _logits(B=4, V=11, seed=0):

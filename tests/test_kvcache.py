@@ -3,31 +3,18 @@ what happens when the sequence reaches block_size."""
 
 import pytest
 import torch
+from helpers import random_ids, sharp_model
 from torch.utils.flop_counter import FlopCounterMode
 
 from gptlib.config import microgpt, textbook
 from gptlib.generate import generate, pick_next
 from gptlib.kvcache import KVCache, forward_flops, memory_bytes
-from gptlib.model import GPT
 
 ATTENTIONS = ["manual", "sdpa"]
 
 
-def _model(cfg, seed=0):
-    """A random model with weights ten times the usual init, so that logits differ clearly
-    between tokens and positions (near-uniform logits would make token checks weak)."""
-    torch.manual_seed(seed)
-    model = GPT(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.mul_(10)
-    return model
-
-
-def _ids(cfg, B, n, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, cfg.vocab_size, (B, n), generator=g)
+_model = sharp_model
+_ids = random_ids
 
 
 # --- what is stored, and its size --------------------------------------------------------------

@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import random_ids
 
 from gptlib.attention import CausalSelfAttention
 from gptlib.config import microgpt, textbook
@@ -12,8 +13,7 @@ from gptlib.train import make_optimizer
 
 
 def _ids(cfg, B=3, n=None, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, cfg.vocab_size, (B, n or cfg.block_size), generator=g)
+    return random_ids(cfg, B, n, seed)
 
 
 @pytest.mark.parametrize("attention", ["manual", "sdpa"])

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from helpers import random_ids, sharp_model
+from builders import random_ids, sharp_model
 
 from gptlib.config import textbook
 from gptlib.generate import complete, generate, next_token_probs, pick_next, sample_documents

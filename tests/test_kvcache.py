@@ -3,7 +3,7 @@ what happens when the sequence reaches block_size."""
 
 import pytest
 import torch
-from helpers import random_ids, sharp_model
+from builders import random_ids, sharp_model
 from torch.utils.flop_counter import FlopCounterMode
 
 from gptlib.config import microgpt, textbook

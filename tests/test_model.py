@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import random_ids
+from builders import random_ids
 
 from gptlib.attention import CausalSelfAttention
 from gptlib.config import microgpt, textbook

@@ -16,8 +16,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)
 
+# JupyterLab refuses to run as root unless told; containers often are root.
 lab: install
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -1,4 +1,4 @@
-"""Normalisation per token, over its d features: RMSNorm and LayerNorm written out."""
+"""Normalisation per token, over its d features: RMSNorm written out, LayerNorm on the fused kernel."""
 
 from __future__ import annotations
 

@@ -22,6 +22,9 @@ from gptlib.generate import generate, next_token_probs, sample_documents
 from gptlib.model import GPT
 from gptlib.tokenizer import CharTokenizer
 
+# ipywidgets gives descriptions a fixed narrow column; "initial" lets a label show in full.
+_WIDE = {"description_width": "initial"}
+
 
 def _show(out: W.Output, *items) -> None:
     """Replace what an Output widget shows: strings are printed, anything else displayed."""
@@ -97,9 +100,15 @@ def temperature_explorer(
     symbols = list(tokenizer.itos)
 
     temperature = W.FloatSlider(
-        value=1.0, min=0.0, max=2.0, step=0.05, description="temperature", readout_format=".2f"
+        value=1.0,
+        min=0.0,
+        max=2.0,
+        step=0.05,
+        description="temperature",
+        readout_format=".2f",
+        style=_WIDE,
     )
-    top_k = W.IntSlider(value=0, min=0, max=V, step=1, description="top-k (0=off)")
+    top_k = W.IntSlider(value=0, min=0, max=V, step=1, description="top-k (0=off)", style=_WIDE)
     plot_output, samples_output = W.Output(), W.Output()
     box = W.VBox([W.HBox([temperature, top_k]), plot_output, samples_output])
     box.temperature, box.top_k = temperature, top_k
@@ -179,7 +188,7 @@ def heads_explorer(
         value=4 if 4 in counts else counts[0],
         description="heads",
     )
-    text = W.Text(value=context, description="context")
+    text = W.Text(value=context, description="context", style=_WIDE)
     heads_output = W.Output()
     children = [W.HBox([heads, text]), heads_output]
     box = W.VBox()

@@ -7,7 +7,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 # processes on a 2-core machine run several times slower than two 1-thread ones.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 
-.PHONY: install lab test lint unit nbval notebooks assets benchmark clean
+.PHONY: install lab test lint unit nbval browser notebooks assets benchmark clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,14 +25,20 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 unit: install
-	$(ONE_THREAD) MPLBACKEND=Agg $(PY) -m pytest -q -n 2 tests
+	$(ONE_THREAD) MPLBACKEND=Agg $(PY) -m pytest -q -n 2 tests --ignore=tests/browser
 
 nbval: install
 	$(PY) tests/check_notebooks_executed.py $(NOTEBOOKS)
 	$(ONE_THREAD) $(PY) -m pytest -q -n 2 --dist loadscope --nbval \
 		--nbval-sanitize-with notebooks/sanitize.cfg $(NOTEBOOKS)
 
-test: lint unit nbval
+# JupyterLab in headless Chromium: run chapters 04 and 10, move their sliders, check the page.
+# Screenshots (and, on failure, the console and server logs) go to test-artifacts/browser/.
+browser: install
+	bash tests/browser/install_chromium.sh
+	$(ONE_THREAD) $(PY) -m pytest -q tests/browser --durations=0
+
+test: lint unit nbval browser
 
 # Re-execute every notebook in place, in the pinned environment, one thread, no timing metadata.
 notebooks: install

@@ -8,6 +8,7 @@ the notebook's inline backend does not draw it a second time at the end of the c
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
 
@@ -104,6 +105,28 @@ def plot_attention(weights, tokens, title: str | None = None, ax: Axes | None = 
     ax.set_title(title or "Attention weights (white = masked future)")
     fig.colorbar(im, ax=ax, label="attention weight (0 to 1)")
     return fig
+
+
+def plot_attention_panel(weights, tokens, title: str) -> Figure:
+    """One attention map drawn small (about 2 inches, no colour bar, tokens on both axes), for
+    showing many heads side by side as separate pictures. weights: [n, n]. The colour scale is
+    fixed at 0 to 1, as in every attention picture here, so panels can be compared by eye."""
+    w = _array(weights)
+    if w.ndim != 2 or w.shape[0] != w.shape[1]:
+        raise ValueError(f"plot_attention_panel wants one [n, n] map, got shape {tuple(w.shape)}")
+    labels = _labels(tokens, w.shape[0])
+    fig, axes = _new_figure(figsize=(PANEL + 0.3, PANEL + 0.3))
+    ax = axes[0, 0]
+    _draw_attention(ax, masked_future(w), labels)
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
+def figure_png(fig: Figure, dpi: int = 80) -> bytes:
+    """The figure as PNG bytes (for an image widget)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
 
 
 def plot_attention_grid(

@@ -8,6 +8,7 @@ when built, so a static view of a saved notebook shows something.
 
 from __future__ import annotations
 
+import html
 import math
 import os
 from collections.abc import Mapping
@@ -111,6 +112,10 @@ def temperature_explorer(
     top_k = W.IntSlider(value=0, min=0, max=V, step=1, description="top-k (0=off)", style=_WIDE)
     plot_output, samples_output = W.Output(), W.Output()
     box = W.VBox([W.HBox([temperature, top_k]), plot_output, samples_output])
+    # CSS classes name the parts on the page (for styling, and for the browser tests).
+    box.add_class("gptlib-temperature-explorer")
+    plot_output.add_class("gptlib-probs")
+    samples_output.add_class("gptlib-samples")
     box.temperature, box.top_k = temperature, top_k
     box.plot_output, box.samples_output = plot_output, samples_output
 
@@ -166,10 +171,15 @@ def heads_explorer(
     """Attention maps of trained models that differ only in their number of heads, for a context
     you type (read after BOS, as names are in training; cropped to the model's block_size).
 
+    Move the heads slider and the maps below it change: one picture per (layer, head), so the
+    number of pictures is the number of heads times the number of layers.
+
     checkpoints: head count -> checkpoint path, e.g. {h: asset_path(f"names-microgpt-h{h}.pt")}.
     chapter3_checkpoint: optionally the chapter-3 model, shown one head at a time with layer and
-    head pickers. Attributes: .heads (Dropdown), .context (Text), .layer / .head (IntSliders, None
-    without a chapter-3 model), .maps ([L, h, n, n] last shown), .tokens, .chapter3_maps,
+    head pickers. Attributes: .heads (SelectionSlider), .context (Text), .caption (HTML: what is
+    shown, or why the context cannot be read), .maps_box (its children are the .map_images, one
+    Image widget per map, with the CSS class gptlib-layer-<l>-head-<j>), .layer / .head (IntSliders,
+    None without a chapter-3 model), .maps ([L, h, n, n] last shown), .tokens, .chapter3_maps,
     .chapter3_weights ([n, n] last shown), .error (the message shown for an unreadable context).
     """
     if not checkpoints:
@@ -183,16 +193,26 @@ def heads_explorer(
         return loaded[h]
 
     counts = sorted(paths)
-    heads = W.Dropdown(
+    heads = W.SelectionSlider(
         options=[(str(h), h) for h in counts],
         value=4 if 4 in counts else counts[0],
         description="heads",
+        style=_WIDE,
     )
     text = W.Text(value=context, description="context", style=_WIDE)
-    heads_output = W.Output()
-    children = [W.HBox([heads, text]), heads_output]
+    caption = W.HTML()
+    maps_box = W.Box(layout=W.Layout(display="flex", flex_flow="row wrap"))
+    legend = W.HTML(
+        "<small>Each picture is one head: row = the token looking (query), column = the token "
+        "looked at (key); colour from 0 (dark) to 1 (yellow); white = the masked future.</small>"
+    )
+    children = [W.HBox([heads, text]), caption, maps_box, legend]
     box = W.VBox()
-    box.heads, box.context, box.heads_output = heads, text, heads_output
+    box.add_class("gptlib-heads-explorer")  # CSS classes name the parts on the page
+    caption.add_class("gptlib-head-caption")
+    maps_box.add_class("gptlib-head-maps")
+    box.heads, box.context, box.caption, box.maps_box = heads, text, caption, maps_box
+    box.map_images = []
     box.maps = box.tokens = box.error = None
     box.layer = box.head = box.chapter3_output = None
     box.chapter3_maps = box.chapter3_weights = box.chapter3_tokens = None
@@ -219,21 +239,44 @@ def heads_explorer(
             return None
         return ids, [ckpt.tokenizer.itos[i] for i in ids]
 
+    def show_images(images: list[W.Image]) -> None:
+        for old in box.map_images:
+            old.close()  # drop the old pictures from the kernel and the page
+        box.map_images = images
+        maps_box.children = images
+
     def update_heads(_change=None) -> None:
         h = int(heads.value)
         ckpt = model_with(h)
         got = read(ckpt)
         if got is None:
-            _show(heads_output, f"Cannot read this context: {box.error}")
+            caption.value = f"Cannot read this context: {html.escape(box.error)}"
+            show_images([])
             return
         box.error = None
         ids, box.tokens = got
         box.maps = _maps(ckpt, ids)  # [L, h, n, n]
-        title = (
-            f"{h} head(s) of width d_h = {ckpt.config.head_dim}, context {''.join(box.tokens)!r}"
+        L = box.maps.shape[0]
+        images = []
+        for layer in range(L):
+            for head in range(h):
+                name = f"layer {layer}, head {head}"
+                fig = viz.plot_attention_panel(
+                    box.maps[layer, head], box.tokens, name if L > 1 else f"head {head}"
+                )
+                image = W.Image(
+                    value=viz.figure_png(fig), format="png", layout=W.Layout(margin="2px")
+                )
+                # A class names the map on the page. (Not a tooltip: ipywidgets 8.1's ImageView
+                # fails to render in JupyterLab when given one.)
+                image.add_class(f"gptlib-layer-{layer}-head-{head}")
+                images.append(image)
+        show_images(images)
+        context_shown = html.escape(repr("".join(box.tokens)))
+        caption.value = (
+            f"<b>{h} head(s)</b> of width d_h = {ckpt.config.head_dim}, context {context_shown}: "
+            f"{L * h} attention map(s) ({L} layer(s) x {h} head(s))"
         )
-        box.figure = viz.plot_attention_grid(box.maps, box.tokens, title=title)
-        _show(heads_output, box.figure)
 
     def update_chapter3(_change=None) -> None:
         if ch3 is None:

@@ -86,6 +86,22 @@ def test_attention_map_keeps_nonzero_future_and_draws_into_given_axes():
         viz.plot_attention(w, "ab")
 
 
+def test_attention_panel_is_one_small_map_and_becomes_png(maps):
+    fig = viz.plot_attention_panel(maps[1, 2], ".emma.", "layer 1, head 2")
+    _not_in_pyplot(fig)
+    assert len(fig.axes) == 1  # no colour bar: many panels sit side by side
+    ax = fig.axes[0]
+    np.testing.assert_array_equal(_image(ax), viz.masked_future(maps[1, 2]))
+    assert ax.get_title() == "layer 1, head 2" and ax.images[0].get_clim() == (0.0, 1.0)
+    assert _ticks(ax.get_xticklabels()) == list(".emma.")
+    png = viz.figure_png(fig, dpi=50)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert (width, height) == (round(fig.get_figwidth() * 50), round(fig.get_figheight() * 50))
+    with pytest.raises(ValueError, match=r"one \[n, n\] map, got shape \(2, 6, 6\)"):
+        viz.plot_attention_panel(maps[0, :2], ".emma.", "two maps")
+
+
 def test_attention_grid_layers_by_heads(maps):
     fig = viz.plot_attention_grid(maps, ".emma.", title="all heads", layer_names=["L0", "L1"])
     panels = [ax for ax in fig.axes if ax.images]

@@ -127,7 +127,12 @@ def test_heads_explorer_switches_models(checkpoints):
         torch.testing.assert_close(
             w.maps, load_checkpoint(paths[h]).model.attention_maps(idx)[:, 0]
         )
-        assert len([ax for ax in w.figure.axes if ax.images]) == h
+        # one picture per head, each a PNG named by its CSS class, and a caption that counts them
+        names = [f"gptlib-layer-0-head-{j}" for j in range(h)]
+        assert [im._dom_classes for im in w.map_images] == [(name,) for name in names]
+        assert list(w.maps_box.children) == w.map_images
+        assert all(im.format == "png" and im.value[:4] == b"\x89PNG" for im in w.map_images)
+        assert f"{h} attention map(s) (1 layer(s) x {h} head(s))" in w.caption.value
     torch.testing.assert_close(w.maps.sum(-1), torch.ones(1, 1, 5))  # rows are distributions
 
 
@@ -142,8 +147,9 @@ def test_heads_explorer_context_crop_and_errors(checkpoints, tokenizer):
         tokenizer.encode("Emma!")
     assert w.error == str(info.value)
     assert w.maps is before
+    assert w.caption.value.startswith("Cannot read this context") and w.map_images == []
     w.context.value = "anna"
-    assert w.error is None and w.tokens == list(".anna")
+    assert w.error is None and w.tokens == list(".anna") and len(w.map_images) == 4
 
 
 def test_heads_explorer_chapter3_pickers(checkpoints):

@@ -6,9 +6,9 @@ copies of the notebooks (so nothing a test runs is saved back into the course). 
 at the end of the session, kernels included, also when a test fails.
 
 `page` is a fresh browser tab per test. When a test fails, a full-page screenshot, the browser's
-console log and the tail of the server's log are saved under `test-artifacts/browser/<test>/`
-and their paths are added to pytest's failure report. Every test also leaves `final.png` there:
-the page as the test left it.
+console log and the server's log are saved under `test-artifacts/browser/<test>/` and their
+paths are added to pytest's failure report. Every test also leaves `final.png` (the page as the
+test left it) and `console.log` there.
 """
 
 from __future__ import annotations
@@ -245,7 +245,9 @@ def page(browser, lab, request):
     page.console_log = console
     yield page
     try:
-        page.screenshot(path=str(_artifact_dir(request.node.nodeid) / "final.png"), full_page=True)
+        folder = _artifact_dir(request.node.nodeid)
+        page.screenshot(path=str(folder / "final.png"), full_page=True)
+        (folder / "console.log").write_text("\n".join(console) + "\n")
     finally:
         context.close()
         _shut_down_kernels(lab.url)

@@ -69,6 +69,17 @@ def error_outputs(page: Page) -> list[str]:
     ).all_inner_texts()
 
 
+def widget_errors(page: Page) -> list[str]:
+    """The message of every widget that failed to render (ipywidgets draws an error box)."""
+    boxes = page.locator(f"{NOTEBOOK} .jupyter-widgets-error-widget")
+    return boxes.all_inner_texts()
+
+
+def console_errors(page: Page) -> list[str]:
+    """Errors the page logged to the browser console (the `page` fixture records them)."""
+    return [line for line in page.console_log if line.startswith(("[error]", "[pageerror]"))]
+
+
 def rendered_images(page: Page) -> list[dict]:
     """Every picture in the notebook's outputs: its size once decoded, and whether it sits
     inside a widget."""
@@ -99,6 +110,9 @@ class Slider:
         self.handle.focus()
         for _ in range(times):
             self.handle.press(key)
+
+    def track_width(self) -> float:
+        return self.root.locator(".noUi-base").bounding_box()["width"]
 
     def drag_by(self, dx: float) -> None:
         """Hold the handle with the mouse and move it `dx` pixels sideways."""

@@ -6,11 +6,13 @@ import re
 from notebook_ui import (
     Slider,
     code_cell_count,
+    console_errors,
     error_outputs,
     open_notebook,
     rendered_images,
     run_all_cells,
     stored_image_count,
+    widget_errors,
 )
 from playwright.sync_api import expect
 
@@ -52,6 +54,7 @@ def test_multi_head_chapter_heads_slider_shows_one_map_per_head(page, lab):
     run_all_cells(page, code_cell_count(notebook))
 
     assert error_outputs(page) == []
+    assert widget_errors(page) == []
     images = rendered_images(page)
     assert all(im["complete"] and im["width"] > 100 for im in images)
     assert sum(not im["inWidget"] for im in images) == stored_image_count(notebook)
@@ -66,3 +69,4 @@ def test_multi_head_chapter_heads_slider_shows_one_map_per_head(page, lab):
     _expect_heads(page, heads, 1)
     heads.press("ArrowRight")
     _expect_heads(page, heads, 2)
+    assert console_errors(page) == []

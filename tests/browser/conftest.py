@@ -96,6 +96,7 @@ def _isolated_env(state: Path) -> dict[str, str]:
         "MPLCONFIGDIR": "matplotlib",
         "XDG_CONFIG_HOME": "xdg-config",
         "XDG_CACHE_HOME": "xdg-cache",
+        "npm_config_cache": "npm",  # JupyterLab asks npm for its prefix; npm writes a log there
     }
     for name, sub in folders.items():
         (state / sub).mkdir(parents=True, exist_ok=True)

@@ -87,13 +87,17 @@ def _draw_attention(ax: Axes, weights: np.ndarray, labels: list[str], xticks=Tru
     return im
 
 
+def _one_map(weights, tokens, caller: str) -> tuple[np.ndarray, list[str]]:
+    w = _array(weights)
+    if w.ndim != 2 or w.shape[0] != w.shape[1]:
+        raise ValueError(f"{caller} wants one [n, n] map, got shape {tuple(w.shape)}")
+    return w, _labels(tokens, w.shape[0])
+
+
 def plot_attention(weights, tokens, title: str | None = None, ax: Axes | None = None) -> Figure:
     """One attention map. weights: [n, n], row = query position, column = key position;
     tokens: str or list of n symbols labelling both axes."""
-    w = _array(weights)
-    if w.ndim != 2 or w.shape[0] != w.shape[1]:
-        raise ValueError(f"plot_attention wants one [n, n] map, got shape {tuple(w.shape)}")
-    labels = _labels(tokens, w.shape[0])
+    w, labels = _one_map(weights, tokens, "plot_attention")
     if ax is None:
         fig, axes = _new_figure(figsize=(4.6, 3.8))
         ax = axes[0, 0]
@@ -111,10 +115,7 @@ def plot_attention_panel(weights, tokens, title: str) -> Figure:
     """One attention map drawn small (about 2 inches, no colour bar, tokens on both axes), for
     showing many heads side by side as separate pictures. weights: [n, n]. The colour scale is
     fixed at 0 to 1, as in every attention picture here, so panels can be compared by eye."""
-    w = _array(weights)
-    if w.ndim != 2 or w.shape[0] != w.shape[1]:
-        raise ValueError(f"plot_attention_panel wants one [n, n] map, got shape {tuple(w.shape)}")
-    labels = _labels(tokens, w.shape[0])
+    w, labels = _one_map(weights, tokens, "plot_attention_panel")
     fig, axes = _new_figure(figsize=(PANEL + 0.3, PANEL + 0.3))
     ax = axes[0, 0]
     _draw_attention(ax, masked_future(w), labels)

@@ -92,7 +92,8 @@ def temperature_explorer(
     next-token distribution after `context`, plus `num_samples` samples drawn with a fixed seed.
 
     Attributes: .temperature, .top_k (sliders); .plot_output, .samples_output (Output widgets);
-    .probs ([V], the distribution last drawn), .samples (list[str]), .figure."""
+    .probs ([V], the distribution last drawn), .samples (list[str]), .samples_text (what the
+    samples area shows), .figure."""
     ids = tokenizer.encode(context)[-model.cfg.block_size :]  # crop to what the model can read
     if not ids:
         raise ValueError("the context is empty: give at least one character (e.g. the BOS '.')")
@@ -131,9 +132,8 @@ def temperature_explorer(
         )
         _show(plot_output, box.figure)
         mode = "greedy (argmax), no randomness" if t == 0 else f"temperature {t:.2f}{kept}"
-        _show(
-            samples_output, f"{num_samples} samples, seed {seed}, {mode}:", "  ".join(box.samples)
-        )
+        box.samples_text = f"{num_samples} samples, seed {seed}, {mode}:\n" + "  ".join(box.samples)
+        _show(samples_output, box.samples_text)
 
     temperature.observe(update, names="value")
     top_k.observe(update, names="value")

@@ -79,6 +79,9 @@ def test_temperature_explorer_greedy_and_top_k(model, tokenizer):
     assert len(set(w.samples)) == 1
     assert w.samples == sample_documents(model, tokenizer, 6, 12, temperature=0)
     assert "greedy" in w.figure.axes[0].get_title()
+    header, names = w.samples_text.split("\n")  # what the samples area shows
+    assert header == "6 samples, seed 0, greedy (argmax), no randomness:"
+    assert names.split("  ") == w.samples
 
     w.temperature.value = 1.0
     w.top_k.value = 3  # only the three most likely symbols keep probability
@@ -104,6 +107,7 @@ def test_temperature_explorer_is_reproducible_and_flattens(model, tokenizer):
 
     assert entropy(hot_probs) > entropy(cold_probs)
     assert "temperature 0.5" in w.figure.axes[0].get_title()
+    assert w.samples_text.startswith("8 samples, seed 3, temperature 0.50:\n")
 
 
 def test_temperature_explorer_continues_a_context(model, tokenizer):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 from playwright.sync_api import Page, expect
@@ -42,10 +41,9 @@ def open_notebook(page: Page, base_url: str, name: str) -> None:
     wait_kernel_idle(page)
 
 
-def run_all_cells(page: Page, code_cells: int) -> float:
+def run_all_cells(page: Page, code_cells: int) -> None:
     """Run > Run All Cells from the menu bar; wait until every code cell shows its execution
-    count, in order (1, 2, ..., code_cells), and the kernel is idle. Returns the seconds taken."""
-    start = time.monotonic()
+    count, in order (1, 2, ..., code_cells), and the kernel is idle."""
     page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
     page.wait_for_function(
@@ -59,14 +57,12 @@ def run_all_cells(page: Page, code_cells: int) -> float:
         polling=250,
     )
     wait_kernel_idle(page)
-    return time.monotonic() - start
 
 
 def error_outputs(page: Page) -> list[str]:
     """The text of every traceback (or stderr output) the notebook shows."""
-    return page.locator(
-        f'.jp-Notebook .jp-OutputArea-output[data-mime-type="{STDERR}"]'
-    ).all_inner_texts()
+    errors = page.locator(f'{NOTEBOOK} .jp-OutputArea-output[data-mime-type="{STDERR}"]')
+    return errors.all_inner_texts()
 
 
 def widget_errors(page: Page) -> list[str]:

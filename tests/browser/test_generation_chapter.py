@@ -40,11 +40,9 @@ def expected():
         )
 
     def words_at(readout: str) -> list[str]:
-        t = float(readout)
         with contextlib.redirect_stdout(io.StringIO()):  # outside a notebook the redraw prints
-            explorer.temperature.value = t
-        mode = "greedy (argmax), no randomness" if t == 0 else f"temperature {t:.2f}"
-        return f"{NUM_SAMPLES} samples, seed {SEED}, {mode}:".split() + explorer.samples
+            explorer.temperature.value = float(readout)
+        return explorer.samples_text.split()
 
     return words_at
 

@@ -2,15 +2,16 @@
 with the reference solution, and on a mismatch names the likely mistake.
 
 One submodule per chapter; every name a submodule lists in `__all__` is re-exported here, so a
-notebook writes `from gptlib.exercises import check_rmsnorm`.
+notebook writes `from gptlib.exercises import check_rmsnorm`. `show_solution(check_rmsnorm)`
+prints the reference solution.
 """
 
 import importlib
 import pkgutil
 
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.exercises.checking import CheckResult, compare, not_written, show_solution, solved_by
 
-__all__ = ["CheckResult", "compare"]
+__all__ = ["CheckResult", "compare", "not_written", "show_solution", "solved_by"]
 
 for _info in pkgutil.iter_modules(__path__):
     if _info.name == "checking":

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.exercises.checking import CheckResult, compare, solved_by
 
 __all__ = ["check_causal_attention", "solution_causal_attention"]
 
@@ -127,6 +127,7 @@ def _inputs(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return q, k, v
 
 
+@solved_by(solution_causal_attention)
 def check_causal_attention(causal_attention) -> CheckResult:
     """Run `causal_attention(q, k, v)` on random [2, 3, 6, 4] inputs against the solution."""
     return compare(

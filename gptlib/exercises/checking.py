@@ -1,7 +1,14 @@
-"""The machinery every `check_*` function shares."""
+"""The machinery every `check_*` function shares.
+
+An exercise is stored as a stub whose body raises `NotImplementedError`; its check then says, in
+one line, that it is not written yet (`not_written`). The reference solution is one deliberate
+step away: `show_solution(check_x)` prints it (`solved_by` tells a check which function that is).
+"""
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -20,6 +27,59 @@ class CheckResult:
 
     def __repr__(self) -> str:
         return self.message
+
+
+def not_written(name: str) -> CheckResult:
+    """What every check says about a stub that still raises NotImplementedError."""
+    return CheckResult(
+        False, f"{name} is not written yet: replace its body and run this cell again"
+    )
+
+
+def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
+    """Decorator for a check: `show_solution(check)` will print `solution`."""
+
+    def decorate(check: Callable) -> Callable:
+        check.solution = solution
+        return check
+
+    return decorate
+
+
+def _helpers_of(fn: Callable) -> list[Callable]:
+    """The module-level functions of `fn`'s own module that `fn` calls (first level and theirs),
+    in the order they are defined, so the printed solution reads on its own."""
+    module = inspect.getmodule(fn)
+    found: dict[str, Callable] = {}
+
+    def visit(f: Callable) -> None:
+        for name in f.__code__.co_names:
+            obj = getattr(module, name, None)
+            if (
+                isinstance(obj, types.FunctionType)
+                and obj.__module__ == fn.__module__
+                and obj is not fn
+                and name not in found
+            ):
+                found[name] = obj
+                visit(obj)
+
+    visit(fn)
+    return sorted(found.values(), key=lambda f: f.__code__.co_firstlineno)
+
+
+def show_solution(check: Callable) -> None:
+    """Print the reference solution of an exercise: `show_solution(check_causal_attention)`."""
+    solution = getattr(check, "solution", None)
+    if solution is None:
+        raise TypeError(
+            f"show_solution expects an exercise check such as check_causal_attention, got "
+            f"{getattr(check, '__name__', check)!r}; pass the check_* function you called"
+        )
+    print(f"# Reference solution checked by {check.__name__} ({solution.__module__})")
+    for helper in _helpers_of(solution):
+        print(inspect.getsource(helper))
+    print(inspect.getsource(solution), end="")
 
 
 def _as_tuple(x):
@@ -85,9 +145,7 @@ def compare(
         try:
             got = user_fn(*inputs)
         except NotImplementedError:
-            return CheckResult(
-                False, f"✗ {name}: not written yet (the function raises NotImplementedError)"
-            )
+            return not_written(name)
         except Exception as e:  # the reader's code failed: say how
             return CheckResult(False, f"✗ {name}: your function raised {type(e).__name__}: {e}")
         if _close(got, expected, atol, rtol):

@@ -1,43 +1,53 @@
 import pytest
 import torch
-import torch.nn.functional as F
 
-from gptlib import GPT
-from gptlib.exercises import check_shifted_loss, solution_shifted_loss
+from gptlib.data import encode_documents
+from gptlib.exercises import check_encode_stream, solution_encode_stream
+from gptlib.exercises import data as exercise
+from gptlib.tokenizer import CharTokenizer
 
-
-def test_solution_is_the_model_loss():
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randn(2, 5, 7, generator=g)
-    labels = torch.randint(0, 7, (2, 5), generator=g)
-    labels[1, -1] = -100
-    torch.testing.assert_close(solution_shifted_loss(logits, labels), GPT.loss(logits, labels))
-    assert check_shifted_loss(solution_shifted_loss).passed
-    assert check_shifted_loss(GPT.loss).passed
+TOK = CharTokenizer("abcdefghijklmnopqrstuvwxyz", bos=".")
 
 
-def _flat(logits, labels):
-    return logits.reshape(-1, logits.size(-1)), labels.reshape(-1)
+def test_solution_equals_the_library_stream():
+    docs = ["emma", "olivia", "ava"]
+    ids = solution_encode_stream(docs, TOK)
+    assert ids.dtype == torch.long
+    assert TOK.decode(ids.tolist()) == ".emma.olivia.ava."
+    assert torch.equal(ids, encode_documents(docs, TOK))
 
 
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
-        (lambda lo, la: F.cross_entropy(*_flat(lo, la)), "no shift"),
-        (lambda lo, la: F.cross_entropy(*_flat(lo[:, 1:], la[:, :-1])), "the wrong way"),
-        (lambda lo, la: F.cross_entropy(*_flat(lo[:, :-2], la[:, 2:])), "shifted twice"),
-        (
-            lambda lo, la: F.cross_entropy(*_flat(lo[:, :-1], la[:, 1:]), reduction="sum"),
-            "the mean",
-        ),
-        (lambda lo, la: F.cross_entropy(lo[:, :-1], la[:, 1:]), "reads dim 1 as the classes"),
-        (
-            lambda lo, la: -lo[:, :-1].log_softmax(-1).gather(-1, la[:, 1:, None]).mean(),
-            "ignore_index=-100",
-        ),
+        (exercise._no_opening, "no BOS at the start"),
+        (exercise._no_closing, "no BOS at the end"),
+        (exercise._joined, "BOS only between documents"),
+        (exercise._no_bos, "no BOS at all"),
+        (exercise._bos_as_zero, "BOS was written as id 0"),
     ],
 )
-def test_check_names_the_mistake(wrong, hint):
-    result = check_shifted_loss(wrong)
+def test_each_mistake_is_named(wrong, hint):
+    result = check_encode_stream(wrong)
     assert not result.passed
     assert hint in result.message, result.message
+
+
+def test_hints_are_listed_once_each():
+    assert len(exercise.MISTAKES) == 5
+
+
+def test_a_list_instead_of_a_tensor_is_refused():
+    def as_list(documents, tokenizer):
+        return solution_encode_stream(documents, tokenizer).tolist()
+
+    result = check_encode_stream(as_list)
+    assert not result.passed and "return a torch tensor" in result.message
+
+
+def test_float_ids_are_refused():
+    def as_float(documents, tokenizer):
+        return solution_encode_stream(documents, tokenizer).float()
+
+    result = check_encode_stream(as_float)
+    assert not result.passed and "torch.long" in result.message

@@ -13,7 +13,10 @@ from gptlib.mlp import MLP
 def test_solution_passes():
     result = mlp.check_mlp(mlp.solution_mlp)
     assert result.passed
-    assert result.message == "✓ mlp: matches the reference on 4 random inputs"
+    assert result.message == (
+        "✓ mlp_forward: matches the reference on 4 random inputs and equals gptlib's GELU MLP "
+        "(textbook preset, d = 128)"
+    )
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
@@ -30,7 +33,7 @@ def test_solution_matches_library_mlp(activation):
 def test_each_mistake_gets_its_hint(hint, wrong):
     result = mlp.check_mlp(wrong)
     assert not result.passed
-    assert result.message == f"✗ mlp: {hint}"
+    assert result.message == f"✗ mlp_forward: {hint}"
 
 
 def test_missing_transpose_names_the_layout():
@@ -46,7 +49,7 @@ def test_missing_transpose_names_the_layout():
 def test_forgotten_second_layer_reports_the_shape():
     result = mlp.check_mlp(lambda x, w_fc, w_proj, act: act(x @ w_fc.T))
     assert not result.passed
-    assert result.message == "✗ mlp: output has shape [2, 5, 32], expected [2, 5, 8]"
+    assert result.message == "✗ mlp_forward: output has shape [2, 5, 32], expected [2, 5, 8]"
 
 
 def test_stub_is_reported_as_not_written():

@@ -1,101 +1,122 @@
-"""Chapter 00 exercise: the loss on a batch whose labels are the same window as the input.
+"""Chapter 00 exercise: many documents, one stream of ids.
 
-The prediction at position t is scored against the token at t + 1, so the shift happens here:
-logits[:, :-1] against labels[:, 1:]. Labels equal to -100 (padding) do not count.
+The reader writes `encode_stream(documents, tokenizer)`: every document is preceded by BOS and
+one BOS closes the stream, so ".emma.olivia." becomes one 1-D tensor of ids. The model then
+learns how documents start (the token after BOS) and where they end (predicting BOS).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.tokenizer import CharTokenizer
 
-__all__ = ["check_shifted_loss", "solution_shifted_loss"]
-
-_B, _N, _V = 3, 6, 7
+__all__ = ["check_encode_stream", "solution_encode_stream"]
 
 
-def solution_shifted_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """logits [B, n, V], labels [B, n] (the same window as idx) -> mean cross-entropy, a scalar."""
-    V = logits.size(-1)
-    return F.cross_entropy(
-        logits[:, :-1].reshape(-1, V),  # [B(n-1), V]: positions 0..n-2 ...
-        labels[:, 1:].reshape(-1),  # [B(n-1)]: ... predict tokens 1..n-1
-        ignore_index=-100,
-    )
+def solution_encode_stream(documents: list[str], tokenizer: CharTokenizer) -> torch.Tensor:
+    """documents (list of str), tokenizer with a BOS token -> ids [N], dtype long, where
+    N = sum(len(doc) for doc in documents) + len(documents) + 1."""
+    bos = tokenizer.bos_id
+    ids = [bos]  # the stream opens with BOS: the first document has a start too
+    for doc in documents:
+        ids += tokenizer.encode(doc) + [bos]  # each document is closed by BOS
+    return torch.tensor(ids, dtype=torch.long)
 
 
-def _make_inputs(g: torch.Generator):
-    logits = torch.randn(_B, _N, _V, generator=g) * 2  # [B, n, V]
-    labels = torch.randint(0, _V, (_B, _N), generator=g)  # [B, n]
-    labels[0, -2:] = -100  # one padded row end: these positions must not count
-    return logits, labels
+def _ids(documents, tokenizer, opening: bool, closing: bool, between: bool = True):
+    bos = tokenizer.bos_id
+    ids = [bos] if opening else []
+    for i, doc in enumerate(documents):
+        ids += tokenizer.encode(doc)
+        last = i == len(documents) - 1
+        if (between and not last) or (last and closing):
+            ids.append(bos)
+    return torch.tensor(ids, dtype=torch.long)
 
 
-def _no_shift(logits, labels):
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+def _joined(documents, tokenizer):
+    return _ids(documents, tokenizer, opening=False, closing=False)
 
 
-def _shift_backwards(logits, labels):
-    V = logits.size(-1)
-    return F.cross_entropy(logits[:, 1:].reshape(-1, V), labels[:, :-1].reshape(-1))
+def _no_opening(documents, tokenizer):
+    return _ids(documents, tokenizer, opening=False, closing=True)
 
 
-def _shifted_twice(logits, labels):
-    V = logits.size(-1)
-    return F.cross_entropy(logits[:, :-2].reshape(-1, V), labels[:, 2:].reshape(-1))
+def _no_closing(documents, tokenizer):
+    return _ids(documents, tokenizer, opening=True, closing=False)
 
 
-def _summed(logits, labels):
-    V = logits.size(-1)
-    return F.cross_entropy(
-        logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1), reduction="sum"
-    )
+def _no_bos(documents, tokenizer):
+    return _ids(documents, tokenizer, opening=False, closing=False, between=False)
 
 
-_MISTAKES = [
+def _bos_as_zero(documents, tokenizer):
+    ids = solution_encode_stream(documents, tokenizer)
+    return ids.masked_fill(ids == tokenizer.bos_id, 0)
+
+
+MISTAKES = [
     (
-        "no shift: each position was scored on its own token (a copy task); compare "
-        "logits[:, :-1] with labels[:, 1:]",
-        _no_shift,
+        "no BOS at the start of the stream: the first document has no 'start' token before it, so "
+        "the model never learns from it how a document begins; open the stream with BOS",
+        _no_opening,
     ),
     (
-        "shifted the wrong way: logits[:, 1:] against labels[:, :-1] asks each position for the "
-        "token before it; use logits[:, :-1] with labels[:, 1:]",
-        _shift_backwards,
+        "no BOS at the end of the stream: the last document is never closed, so the model misses "
+        "one 'the document ends here' example; append BOS after every document",
+        _no_closing,
     ),
     (
-        "shifted twice: that scores each position on the token two steps ahead (what happens "
-        "when labels already arrive shifted and the loss shifts again)",
-        _shifted_twice,
+        "BOS only between documents (a join): the stream must also open and close with BOS, "
+        "'.' + '.'.join(docs) + '.' in characters",
+        _joined,
     ),
     (
-        "that is the sum over positions; the loss is the mean, so it does not grow with B or n",
-        _summed,
-    ),
-]
-
-_ERROR_HINTS = [
-    (
-        "Expected target size",
-        "F.cross_entropy reads dim 1 as the classes; flatten first: logits [B(n-1), V] with "
-        ".reshape(-1, V) and labels [B(n-1)] with .reshape(-1)",
+        "the documents run into each other with no BOS at all: nothing marks where a name ends; "
+        "put tokenizer.bos_id before every document and once at the end",
+        _no_bos,
     ),
     (
-        "out of bounds",
-        "a label -100 (padding) reached an index; F.cross_entropy skips it with ignore_index=-100",
+        "BOS was written as id 0, which is the letter 'a' here; use tokenizer.bos_id (the last id)",
+        _bos_as_zero,
     ),
 ]
 
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
-def check_shifted_loss(loss_fn) -> CheckResult:
-    """Check `loss_fn(logits [B, n, V], labels [B, n]) -> scalar` (the shift inside the loss)."""
+
+def _inputs(g: torch.Generator) -> tuple[list[str], CharTokenizer]:
+    n_docs = int(torch.randint(3, 7, (1,), generator=g))
+    docs = []
+    for _ in range(n_docs):
+        length = int(torch.randint(2, 8, (1,), generator=g))
+        picks = torch.randint(0, len(_LETTERS), (length,), generator=g).tolist()
+        docs.append("".join(_LETTERS[i] for i in picks))
+    return docs, CharTokenizer(_LETTERS, bos=".")
+
+
+def _as_long(encode_stream):
+    """Run the reader's function and insist on a 1-D integer tensor (embedding lookups need it)."""
+
+    def run(documents, tokenizer):
+        ids = encode_stream(documents, tokenizer)
+        if not isinstance(ids, torch.Tensor):
+            raise TypeError(
+                f"return a torch tensor of ids (torch.tensor(ids, dtype=torch.long)), got "
+                f"{type(ids).__name__}"
+            )
+        if ids.dtype != torch.long:
+            raise TypeError(f"the ids must have dtype torch.long, got {ids.dtype}")
+        return ids
+
+    return run
+
+
+@solved_by(solution_encode_stream)
+def check_encode_stream(encode_stream) -> CheckResult:
+    """Run `encode_stream(documents, tokenizer)` on random lists of short names."""
     return compare(
-        "shifted loss",
-        loss_fn,
-        solution_shifted_loss,
-        _make_inputs,
-        _MISTAKES,
-        error_hints=_ERROR_HINTS,
+        "encode_stream", _as_long(encode_stream), solution_encode_stream, _inputs, mistakes=MISTAKES
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.exercises.checking import CheckResult, compare, solved_by
 
 __all__ = ["check_embed", "solution_embed"]
 
@@ -86,6 +86,7 @@ _ERROR_HINTS = [
 ]
 
 
+@solved_by(solution_embed)
 def check_embed(embed_fn) -> CheckResult:
     """Check `embed_fn(ids [B, n], wte [V, d], wpe [T, d]) -> x [B, n, d]` on random tables."""
     return compare(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.exercises.checking import CheckResult, compare, solved_by
 
 __all__ = ["check_temperature_probs", "solution_temperature_probs"]
 
@@ -97,6 +97,7 @@ def _inputs() -> Callable[[torch.Generator], tuple]:
     return make
 
 
+@solved_by(solution_temperature_probs)
 def check_temperature_probs(temperature_probs: Callable) -> CheckResult:
     """Run `temperature_probs(logits, T)` on random [4, 11] logits at T = 0.5, 2 and 0."""
     return compare(

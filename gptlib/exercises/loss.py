@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.exercises.checking import CheckResult, compare, solved_by
 
 __all__ = ["check_lm_loss", "check_log_softmax", "solution_lm_loss", "solution_log_softmax"]
 
@@ -88,6 +88,7 @@ def _log_softmax_inputs(g: torch.Generator) -> tuple:
     return (logits,)
 
 
+@solved_by(solution_log_softmax)
 def check_log_softmax(log_softmax: Callable) -> CheckResult:
     """Run `log_softmax(logits)` on [3, 7] logits near 400, one of them 150 lower in each row."""
     return compare(
@@ -213,6 +214,7 @@ def _lm_loss_inputs() -> Callable[[torch.Generator], tuple]:
     return make
 
 
+@solved_by(solution_lm_loss)
 def check_lm_loss(lm_loss: Callable) -> CheckResult:
     """Run `lm_loss(logits, labels)` on random [3, 6, 7] logits with some labels set to -100."""
 

@@ -12,7 +12,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.config import textbook
+from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.mlp import MLP
 
 __all__ = ["check_mlp", "solution_mlp"]
 
@@ -90,6 +92,7 @@ def _inputs() -> Callable[[torch.Generator], tuple]:
     return make
 
 
+@solved_by(solution_mlp)
 def check_mlp(mlp_forward: Callable) -> CheckResult:
     """Run `mlp_forward(x, w_fc, w_proj, activation)` on random [2, 5, 8] inputs with ReLU and
     GELU."""
@@ -103,4 +106,23 @@ def check_mlp(mlp_forward: Callable) -> CheckResult:
                 raise RuntimeError(f"{e}. {TRANSPOSE_HINT}") from None
             raise
 
-    return compare("mlp", run, solution_mlp, _inputs(), mistakes=MISTAKES, trials=4)
+    result = compare("mlp_forward", run, solution_mlp, _inputs(), mistakes=MISTAKES, trials=4)
+    if not result:
+        return result
+    # The same function must reproduce the library's module: the textbook preset's GELU MLP.
+    with torch.random.fork_rng():  # building the module must not move the notebook's stream
+        torch.manual_seed(0)
+        module = MLP(textbook())
+        x = torch.randn(2, 4, module.fc.in_features)  # [B, n, d], d = 128
+    with torch.no_grad():
+        expected = module(x)
+        got = run(x, module.fc.weight, module.proj.weight, F.gelu)
+    if torch.as_tensor(got).shape != expected.shape or not torch.allclose(got, expected, atol=1e-5):
+        return CheckResult(
+            False, "✗ mlp_forward: passes the random checks but differs from gptlib's GELU MLP"
+        )
+    return CheckResult(
+        True,
+        "✓ mlp_forward: matches the reference on 4 random inputs and equals gptlib's GELU MLP "
+        "(textbook preset, d = 128)",
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.exercises.checking import CheckResult, compare, solved_by
 
 __all__ = [
     "check_merge_heads",
@@ -87,6 +87,7 @@ def _merge_inputs(g: torch.Generator) -> tuple[torch.Tensor]:
     return (torch.randn(2, 3, 5, 4, generator=g),)  # [B, h, n, d_h]
 
 
+@solved_by(solution_split_heads)
 def check_split_heads(split_heads) -> CheckResult:
     """Run `split_heads(x, n_head)` on random [2, 5, 12] inputs with 3 heads."""
     return compare(
@@ -94,6 +95,7 @@ def check_split_heads(split_heads) -> CheckResult:
     )
 
 
+@solved_by(solution_merge_heads)
 def check_merge_heads(merge_heads) -> CheckResult:
     """Run `merge_heads(y)` on random [2, 3, 5, 4] inputs."""
     return compare(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.exercises.checking import CheckResult, compare, solved_by
 
 __all__ = ["check_qkv_split", "check_soft_lookup", "solution_qkv_split", "solution_soft_lookup"]
 
@@ -98,10 +98,11 @@ _SPLIT_MISTAKES = [
 ]
 
 
+@solved_by(solution_qkv_split)
 def check_qkv_split(split_fn) -> CheckResult:
     """Check `split_fn(qkv [B, n, 3d], n_head) -> (q, k, v)`, each [B, h, n, d_h]."""
     return compare(
-        "qkv split", split_fn, solution_qkv_split, _make_split_inputs, mistakes=_SPLIT_MISTAKES
+        "qkv_split", split_fn, solution_qkv_split, _make_split_inputs, mistakes=_SPLIT_MISTAKES
     )
 
 
@@ -181,11 +182,12 @@ _LOOKUP_MISTAKES = [
 ]
 
 
+@solved_by(solution_soft_lookup)
 def check_soft_lookup(lookup_fn) -> CheckResult:
     """Check `lookup_fn(query [d_k], keys [m, d_k], values [m, d_v]) -> (weights [m], result
     [d_v])`, with weights = softmax(keys @ query) and result = weights @ values."""
     return compare(
-        "soft lookup",
+        "soft_lookup",
         lookup_fn,
         solution_soft_lookup,
         _make_lookup_inputs,

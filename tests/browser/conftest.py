@@ -236,6 +236,12 @@ def _shut_down_kernels(url: str) -> None:
 
 
 @pytest.fixture
+def artifacts(request) -> Path:
+    """This test's folder under test-artifacts/browser/, for screenshots taken along the way."""
+    return _artifact_dir(request.node.nodeid)
+
+
+@pytest.fixture
 def page(browser, lab, request):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()

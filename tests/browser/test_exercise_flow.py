@@ -1,0 +1,77 @@
+"""An exercise as a reader meets it in JupyterLab: the stored stub, a wrong body typed in and
+run (the check names the slip on the page), then a correct body (the check passes)."""
+
+import json
+
+from notebook_ui import NOTEBOOK as IN_FRONT
+from notebook_ui import console_errors, error_outputs, open_notebook, wait_kernel_idle
+from playwright.sync_api import expect
+
+from gptlib.exercises import attention
+from gptlib.exercises.checking import not_written
+
+NOTEBOOK = "03_scaled_attention.ipynb"
+STUB_LINE = "def causal_attention(q, k, v):"
+
+BODY = """def causal_attention(q, k, v):
+    n, d_h = q.size(-2), q.size(-1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_h)  # [B, h, n, n]
+    future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+    return scores.masked_fill(future, float("-inf")).softmax(dim={dim}) @ v
+
+
+check_causal_attention(causal_attention)"""
+
+SOFTMAX_HINT = attention.MISTAKES[0][0]  # the hint for a softmax over the queries (dim=-2)
+PASSED = "✓ causal_attention: matches the reference on 3 random inputs"
+
+
+def _code_cell_index(notebook, text: str) -> int:
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    found = [i for i, c in enumerate(cells) if text in "".join(c["source"])]
+    assert len(found) == 1, f"{text!r} is in code cells {found}"
+    return found[0]
+
+
+def _run(page, cell) -> None:
+    """Click into the cell's editor and press Shift+Enter, as a reader runs one cell."""
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
+    wait_kernel_idle(page)
+
+
+def _replace_source(page, cell, text: str) -> None:
+    """Select everything in the cell's editor and put `text` in its place (inserted as one
+    piece, so the editor's auto-indent and bracket closing add nothing)."""
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(text)
+
+
+def test_exercise_stub_then_slip_then_pass(page, lab, artifacts):
+    notebook = lab.root / NOTEBOOK
+    open_notebook(page, lab.url, NOTEBOOK)
+    cells = page.locator(f"{IN_FRONT} .jp-CodeCell")
+    stub = cells.nth(_code_cell_index(notebook, STUB_LINE))
+    output = stub.locator(".jp-OutputArea-output")
+
+    # As stored: the stub and the check's one line.
+    expect(stub.locator(".cm-content")).to_contain_text("raise NotImplementedError")
+    expect(output).to_have_text(not_written("causal_attention").message)
+
+    _run(page, cells.nth(0))  # the imports, as a reader runs the first cell
+
+    # A wrong body: the softmax over the queries. The check names that slip.
+    _replace_source(page, stub, BODY.format(dim=-2))
+    _run(page, stub)
+    expect(output).to_contain_text(SOFTMAX_HINT[:60])
+    page.screenshot(path=str(artifacts / "slip.png"))
+
+    # The correct body: the check passes.
+    _replace_source(page, stub, BODY.format(dim=-1))
+    _run(page, stub)
+    expect(output).to_have_text(PASSED)
+    page.screenshot(path=str(artifacts / "passed.png"))
+
+    assert error_outputs(page) == []
+    assert console_errors(page) == []

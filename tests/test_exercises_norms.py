@@ -1,62 +1,191 @@
-"""The RMSNorm / LayerNorm checks pass the solutions and name each typical mistake."""
+"""The chapter-05 checks: the block in both placements and RMSNorm's backward pass. Each stub gets
+the not-written line, each reference solution passes, each listed mistake gets its own hint."""
+
+import contextlib
+import io
 
 import pytest
 import torch
 
 from gptlib import exercises
+from gptlib.config import microgpt, textbook
 from gptlib.exercises import norms
-from gptlib.norms import LayerNorm, RMSNorm
+from gptlib.exercises.checking import _close, not_written
+from gptlib.model import Block
+
+CHECKS = [
+    ("pre_norm_block", norms.check_pre_norm_block, norms.solution_pre_norm_block),
+    ("post_norm_block", norms.check_post_norm_block, norms.solution_post_norm_block),
+    ("rmsnorm_backward", norms.check_rmsnorm_backward, norms.solution_rmsnorm_backward),
+]
+MISTAKES = {
+    "pre_norm_block": norms.PRE_MISTAKES,
+    "post_norm_block": norms.POST_MISTAKES,
+    "rmsnorm_backward": norms.BACKWARD_MISTAKES,
+}
 
 
-def test_solutions_pass():
-    assert norms.check_rmsnorm(norms.solution_rmsnorm).passed
-    assert norms.check_layernorm(norms.solution_layernorm).passed
+def _ids(m):
+    return getattr(m, "__name__", "")
 
 
-def test_solutions_match_library_and_torch():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 5, 8, generator=g)
-    w, b = torch.rand(8, generator=g) + 0.5, torch.randn(8, generator=g)
-    rms = RMSNorm(8)
-    ln = LayerNorm(8)
+@pytest.mark.parametrize("name, check, solution", CHECKS, ids=[c[0] for c in CHECKS])
+def test_stub_says_not_written(name, check, solution):
+    def stub(*args):
+        raise NotImplementedError  # your code here
+
+    result = check(stub)
+    assert not result.passed
+    assert result.message == not_written(name).message
+    assert result.message == f"{name} is not written yet: replace its body and run this cell again"
+
+
+@pytest.mark.parametrize("name, check, solution", CHECKS, ids=[c[0] for c in CHECKS])
+def test_solution_passes(name, check, solution):
+    result = check(solution)
+    assert result.passed
+    assert result.message == f"✓ {name}: matches the reference on 3 random inputs"
+
+
+@pytest.mark.parametrize("hint, wrong", norms.PRE_MISTAKES, ids=_ids)
+def test_each_pre_norm_mistake_gets_its_hint(hint, wrong):
+    result = norms.check_pre_norm_block(wrong)
+    assert not result.passed
+    assert result.message == f"✗ pre_norm_block: {hint}"
+
+
+@pytest.mark.parametrize("hint, wrong", norms.POST_MISTAKES, ids=_ids)
+def test_each_post_norm_mistake_gets_its_hint(hint, wrong):
+    result = norms.check_post_norm_block(wrong)
+    assert not result.passed
+    assert result.message == f"✗ post_norm_block: {hint}"
+
+
+@pytest.mark.parametrize("hint, wrong", norms.BACKWARD_MISTAKES, ids=_ids)
+def test_each_backward_mistake_gets_its_hint(hint, wrong):
+    result = norms.check_rmsnorm_backward(wrong)
+    assert not result.passed
+    assert result.message == f"✗ rmsnorm_backward: {hint}"
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_mistakes_differ_from_the_solution_and_from_each_other(placement):
+    # Otherwise a hint could never be reached, or the wrong one would be named.
+    name = f"{placement}_norm_block"
+    solution = getattr(norms, f"solution_{name}")
+    block = norms._random_block(placement, torch.Generator().manual_seed(0))
+    x = 2.0 * torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(1))
+    parts = (block.attn, block.mlp, block.ln1, block.ln2)
     with torch.no_grad():
-        rms.weight.copy_(w)
-        ln.weight.copy_(w)
-        ln.bias.copy_(b)
-    torch.testing.assert_close(norms.solution_rmsnorm(x, w, 1e-5), rms(x))
-    torch.testing.assert_close(norms.solution_layernorm(x, w, b, 1e-5), ln(x))
-    torch.testing.assert_close(
-        norms.solution_rmsnorm(x, w, 1e-5), torch.nn.functional.rms_norm(x, (8,), w, 1e-5)
+        outputs = [solution(x, *parts)] + [w(x, *parts) for _, w in MISTAKES[name]]
+    for i in range(len(outputs)):
+        for j in range(i):
+            assert not _close(outputs[i], outputs[j], 1e-5, 1e-4), (i, j)
+
+
+def test_backward_mistakes_differ_from_the_solution():
+    # Some slips are right for one leading shape only (summing the gain's gradient over dim 0 is
+    # right for [N, d]): each must be wrong on at least one of the check's three inputs.
+    inputs = [norms._backward_inputs(torch.Generator().manual_seed(s)) for s in (1000, 1001, 1002)]
+    assert sorted(x.dim() for x, *_ in inputs) == [2, 3, 4]
+    for _, wrong in norms.BACKWARD_MISTAKES:
+        assert any(
+            not _close(wrong(*i), norms.solution_rmsnorm_backward(*i), 1e-8, 1e-6) for i in inputs
+        ), wrong.__name__
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+@pytest.mark.parametrize("preset", [microgpt, textbook], ids=["rmsnorm", "layernorm"])
+def test_solutions_equal_gptlib_block(placement, preset):
+    torch.manual_seed(0)
+    cfg = preset(n_embd=16, n_head=4, block_size=8, norm_placement=placement)
+    block = Block(cfg).eval()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.add_(0.1 * torch.randn_like(p))  # gains away from 1, biases away from 0
+        x = torch.randn(3, 8, 16)
+        solution = getattr(norms, f"solution_{placement}_norm_block")
+        got = solution(x, block.attn, block.mlp, block.ln1, block.ln2)
+    torch.testing.assert_close(got, block(x))
+
+
+def test_solution_backward_equals_autograd_in_float32():
+    x = torch.randn(4, 3, 16)
+    w = torch.rand(16) + 0.5
+    gy = torch.randn(4, 3, 16)
+    xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    y = xr / torch.sqrt(xr.pow(2).mean(-1, keepdim=True) + 1e-5) * wr
+    expected = torch.autograd.grad(y, (xr, wr), gy)
+    got = norms.solution_rmsnorm_backward(x, w, gy, 1e-5)
+    torch.testing.assert_close(got[0], expected[0])
+    torch.testing.assert_close(got[1], expected[1])
+
+
+def test_typical_readers_slips():
+    def pre_norm_block_first_try(x, attn, mlp, norm1, norm2):
+        x = norm1(x)
+        x = x + attn(x)
+        x = norm2(x)
+        return x + mlp(x)
+
+    def post_norm_block_slip(x, attn, mlp, norm1, norm2):
+        x = norm1(x + attn(x))
+        return x + mlp(x)
+
+    def rmsnorm_backward_first_try(x, weight, grad_out, eps):
+        rms = torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+        grad_weight = (grad_out * x / rms).flatten(0, -2).sum(0)
+        return grad_out * weight / rms, grad_weight
+
+    assert (
+        "stream itself was normalised"
+        in norms.check_pre_norm_block(pre_norm_block_first_try).message
     )
-    torch.testing.assert_close(
-        norms.solution_layernorm(x, w, b, 1e-5), torch.nn.functional.layer_norm(x, (8,), w, b, 1e-5)
+    assert "final norm is forgotten" in norms.check_post_norm_block(post_norm_block_slip).message
+    assert (
+        "treats the RMS as a constant"
+        in norms.check_rmsnorm_backward(rmsnorm_backward_first_try).message
     )
 
 
-@pytest.mark.parametrize(
-    "hint, wrong", norms.RMS_MISTAKES, ids=lambda m: getattr(m, "__name__", "")
-)
-def test_each_rmsnorm_mistake_gets_its_hint(hint, wrong):
-    result = norms.check_rmsnorm(wrong)
+def test_unrecognised_answer_reports_the_difference():
+    result = norms.check_pre_norm_block(lambda x, a, m, n1, n2: 1.5 * x + a(n1(x)) + m(n2(x)))
     assert not result.passed
-    assert result.message == f"✗ rmsnorm: {hint}"
+    assert "largest difference" in result.message
 
 
-@pytest.mark.parametrize("hint, wrong", norms.LN_MISTAKES, ids=lambda m: getattr(m, "__name__", ""))
-def test_each_layernorm_mistake_gets_its_hint(hint, wrong):
-    result = norms.check_layernorm(wrong)
-    assert not result.passed
-    assert result.message == f"✗ layernorm: {hint}"
+def test_checks_leave_the_global_rng_alone():
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    norms.check_pre_norm_block(norms.solution_pre_norm_block)
+    norms.check_post_norm_block(norms.solution_post_norm_block)
+    norms.check_rmsnorm_backward(norms.solution_rmsnorm_backward)
+    assert torch.equal(torch.random.get_rng_state(), before)
 
 
-def test_eps_outside_written_by_a_reader():
-    def rmsnorm(x, weight, eps):
-        rms = torch.sqrt(torch.mean(x * x, dim=-1, keepdim=True))
-        return weight * x / (rms + eps)
+def test_block_check_runs_without_building_a_graph():
+    seen = []
 
-    assert "inside" in norms.check_rmsnorm(rmsnorm).message
+    def pre_norm_block(x, attn, mlp, norm1, norm2):
+        out = norms.solution_pre_norm_block(x, attn, mlp, norm1, norm2)
+        seen.append(out.requires_grad)
+        return out
+
+    assert norms.check_pre_norm_block(pre_norm_block).passed
+    assert seen and not any(seen)
+
+
+@pytest.mark.parametrize("name, check, solution", CHECKS, ids=[c[0] for c in CHECKS])
+def test_show_solution_prints_the_reference(name, check, solution):
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        exercises.show_solution(check)
+    printed = buffer.getvalue()
+    assert f"def solution_{name}(" in printed
+    assert "def _" not in printed  # the solution reads on its own, with no private functions
 
 
 def test_reexported_from_package():
-    assert exercises.check_rmsnorm is norms.check_rmsnorm
-    assert exercises.check_layernorm is norms.check_layernorm
+    assert exercises.check_pre_norm_block is norms.check_pre_norm_block
+    assert exercises.check_post_norm_block is norms.check_post_norm_block
+    assert exercises.check_rmsnorm_backward is norms.check_rmsnorm_backward

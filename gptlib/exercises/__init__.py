@@ -2,8 +2,8 @@
 with the reference solution, and on a mismatch names the likely mistake.
 
 One submodule per chapter; every name a submodule lists in `__all__` is re-exported here, so a
-notebook writes `from gptlib.exercises import check_rmsnorm`. `show_solution(check_rmsnorm)`
-prints the reference solution.
+notebook writes `from gptlib.exercises import check_pre_norm_block`, and
+`show_solution(check_pre_norm_block)` prints the reference solution.
 """
 
 import importlib

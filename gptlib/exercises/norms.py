@@ -1,162 +1,462 @@
-"""Chapter 05, residual + normalisation: RMSNorm and LayerNorm written by hand.
+"""Chapter 05, residual connections and normalisation: the block's two placements, and RMSNorm's
+backward pass.
 
-`rmsnorm(x, weight, eps)`: x [B, n, d], weight [d] -> x / sqrt(mean(x^2 over d) + eps) * weight.
-`layernorm(x, weight, bias, eps)`: (x - mean) / sqrt(var + eps) * weight + bias, biased variance.
+`pre_norm_block(x, attn, mlp, norm1, norm2)` and `post_norm_block(x, attn, mlp, norm1, norm2)`
+take the residual stream x [B, n, d] and the four sublayers of one block as callables, each
+[B, n, d] -> [B, n, d], and return the block's output [B, n, d]:
+
+    pre-norm:  h = x + attn(norm1(x));  out = h + mlp(norm2(h))
+    post-norm: h = norm1(x + attn(x));  out = norm2(h + mlp(h))
+
+Each is checked against `gptlib.model.Block` built around the same four modules (pre-norm with
+RMSNorm as in chapter 2, post-norm with LayerNorm as in chapter 3).
+
+Optional, harder: `rmsnorm_backward(x, weight, grad_out, eps)` for x [..., d] of any leading
+shape, weight [d] and grad_out = dL/dy [..., d] with y = x / sqrt(mean(x^2) + eps) * weight
+returns (dL/dx [..., d], dL/dweight [d]), checked against autograd through `gptlib.norms.RMSNorm`.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
 
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.config import microgpt, textbook
+from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.model import Block
+from gptlib.norms import RMSNorm
 
-__all__ = ["check_layernorm", "check_rmsnorm", "solution_layernorm", "solution_rmsnorm"]
-
-
-def solution_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    ms = x.pow(2).mean(dim=-1, keepdim=True)  # [B, n, 1]: one statistic per token
-    return x / torch.sqrt(ms + eps) * weight  # weight [d] broadcasts over B and n
-
-
-def solution_layernorm(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5
-) -> torch.Tensor:
-    mean = x.mean(dim=-1, keepdim=True)  # [B, n, 1]
-    var = x.var(dim=-1, keepdim=True, unbiased=False)  # divide by d, as nn.LayerNorm does
-    return (x - mean) / torch.sqrt(var + eps) * weight + bias
-
-
-def _rms_eps_outside(x, weight, eps):
-    return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * weight
-
-
-def _rms_no_gain(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-
-
-def _rms_scalar_gain(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.mean()
-
-
-def _rms_over_tokens(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).mean(dim=-2, keepdim=True) + eps) * weight
-
-
-def _rms_over_everything(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).mean() + eps) * weight
-
-
-def _rms_centred(x, weight, eps):
-    centred = x - x.mean(-1, keepdim=True)
-    return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight
-
-
-def _rms_sum(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * weight
-
-
-def _rms_no_sqrt(x, weight, eps):
-    return x / (x.pow(2).mean(-1, keepdim=True) + eps) * weight
-
-
-RMS_MISTAKES = [
-    (
-        "eps is added after the square root; it belongs inside: sqrt(mean(x^2) + eps). On a "
-        "near-zero token the two differ a lot",
-        _rms_eps_outside,
-    ),
-    ("the gain is missing: multiply by weight, one number per feature", _rms_no_gain),
-    (
-        "the gain is a single number; weight holds one gain per feature (shape [d]): multiply by "
-        "weight itself",
-        _rms_scalar_gain,
-    ),
-    (
-        "the mean runs over the tokens (dim=-2); each token is normalised over its own d "
-        "features: mean(dim=-1, keepdim=True)",
-        _rms_over_tokens,
-    ),
-    (
-        "one mean square for the whole tensor; each token needs its own, over the last "
-        "dimension: mean(dim=-1, keepdim=True)",
-        _rms_over_everything,
-    ),
-    (
-        "the mean was subtracted: that is LayerNorm; RMSNorm divides x itself by its root mean "
-        "square, with no centring",
-        _rms_centred,
-    ),
-    ("sum of squares instead of their mean: use mean(dim=-1)", _rms_sum),
-    ("x is divided by the mean square; take its square root", _rms_no_sqrt),
+__all__ = [
+    "check_post_norm_block",
+    "check_pre_norm_block",
+    "check_rmsnorm_backward",
+    "solution_post_norm_block",
+    "solution_pre_norm_block",
+    "solution_rmsnorm_backward",
 ]
 
 
-def _ln_eps_outside(x, weight, bias, eps):
-    mean = x.mean(-1, keepdim=True)
-    return (x - mean) / (x.var(-1, keepdim=True, unbiased=False).sqrt() + eps) * weight + bias
+# ---------------------------------------------------------------------------------------------
+# The block, in both placements
 
 
-def _ln_unbiased(x, weight, bias, eps):
-    mean = x.mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight + bias
+def solution_pre_norm_block(x, attn, mlp, norm1, norm2):
+    """x [B, n, d] -> [B, n, d]: each sublayer reads a normalised copy, the stream stays raw."""
+    h = x + attn(norm1(x))  # [B, n, d]: attention's output is added to x itself
+    return h + mlp(norm2(h))  # the MLP reads the stream after attention
 
 
-def _ln_not_centred(x, weight, bias, eps):
-    return solution_rmsnorm(x, weight, eps) + bias
+def solution_post_norm_block(x, attn, mlp, norm1, norm2):
+    """x [B, n, d] -> [B, n, d]: each sublayer reads the stream as it is, each sum is normalised."""
+    h = norm1(x + attn(x))  # [B, n, d]
+    return norm2(h + mlp(h))  # the block's output is a norm's output too
 
 
-def _ln_no_bias(x, weight, bias, eps):
-    return solution_layernorm(x, weight, torch.zeros_like(bias), eps)
+def _no_norms(x, attn, mlp, norm1, norm2):
+    h = x + attn(x)
+    return h + mlp(h)
 
 
-def _ln_over_tokens(x, weight, bias, eps):
-    mean = x.mean(-2, keepdim=True)
-    var = x.var(-2, keepdim=True, unbiased=False)
-    return (x - mean) / torch.sqrt(var + eps) * weight + bias
+def _pre_no_attn_residual(x, attn, mlp, norm1, norm2):
+    h = attn(norm1(x))
+    return h + mlp(norm2(h))
 
 
-LN_MISTAKES = [
+def _pre_no_mlp_residual(x, attn, mlp, norm1, norm2):
+    h = x + attn(norm1(x))
+    return mlp(norm2(h))
+
+
+def _pre_no_residuals(x, attn, mlp, norm1, norm2):
+    return mlp(norm2(attn(norm1(x))))
+
+
+def _pre_stream_normalised(x, attn, mlp, norm1, norm2):
+    x = norm1(x)  # the stream itself replaced by its normalised copy
+    h = x + attn(x)
+    h = norm2(h)
+    return h + mlp(h)
+
+
+def _pre_norm_on_output(x, attn, mlp, norm1, norm2):
+    h = x + norm1(attn(x))
+    return h + norm2(mlp(h))
+
+
+def _pre_norms_swapped(x, attn, mlp, norm1, norm2):
+    return solution_pre_norm_block(x, attn, mlp, norm2, norm1)
+
+
+def _pre_mlp_reads_input(x, attn, mlp, norm1, norm2):
+    h = x + attn(norm1(x))
+    return h + mlp(norm2(x))
+
+
+def _pre_mlp_residual_from_input(x, attn, mlp, norm1, norm2):
+    h = x + attn(norm1(x))
+    return x + mlp(norm2(h))
+
+
+def _pre_mlp_first(x, attn, mlp, norm1, norm2):
+    h = x + mlp(norm2(x))
+    return h + attn(norm1(h))
+
+
+PRE_MISTAKES = [
     (
-        "eps is added after the square root; it belongs inside: sqrt(var + eps)",
-        _ln_eps_outside,
+        "the residual around attention is missing: h = x + attn(norm1(x)), not attn(norm1(x)) "
+        "alone",
+        _pre_no_attn_residual,
     ),
     (
-        "x.var() divides by d - 1 by default; LayerNorm divides by d: var(unbiased=False)",
-        _ln_unbiased,
+        "the residual around the MLP is missing: the block returns h + mlp(norm2(h)), not "
+        "mlp(norm2(h)) alone",
+        _pre_no_mlp_residual,
     ),
     (
-        "the mean is not subtracted (that is RMSNorm): use x - x.mean(-1, keepdim=True)",
-        _ln_not_centred,
+        "neither sublayer has its residual: each adds its output to the stream, x + f(norm(x))",
+        _pre_no_residuals,
     ),
-    ("the bias (beta) is missing: add bias after the gain", _ln_no_bias),
     (
-        "the statistics run over the tokens (dim=-2); LayerNorm uses each token's own features: "
-        "dim=-1",
-        _ln_over_tokens,
+        "the norm is applied to the sum, norm(x + f(x)): that is post-norm. In pre-norm each "
+        "sublayer reads a normalised copy and the stream stays raw: x + attn(norm1(x))",
+        solution_post_norm_block,
     ),
+    (
+        "the stream itself was normalised (x = norm1(x), then x + attn(x)): the residual must add "
+        "to the raw x; only the copy attention reads is normalised: x + attn(norm1(x))",
+        _pre_stream_normalised,
+    ),
+    (
+        "the norm is applied to the sublayer's output, x + norm(f(x)); in pre-norm it goes on "
+        "the sublayer's input: x + f(norm(x))",
+        _pre_norm_on_output,
+    ),
+    (
+        "norm1 and norm2 are swapped: norm1 comes before attention, norm2 before the MLP",
+        _pre_norms_swapped,
+    ),
+    (
+        "the MLP reads the block's input x; it reads the stream after attention: "
+        "h + mlp(norm2(h)) with h = x + attn(norm1(x)) (feeding both from x is the 'parallel' "
+        "block, a different design)",
+        _pre_mlp_reads_input,
+    ),
+    (
+        "the MLP's residual adds the block's input x, so attention's contribution is lost: "
+        "return h + mlp(norm2(h)) with h = x + attn(norm1(x))",
+        _pre_mlp_residual_from_input,
+    ),
+    (
+        "the MLP runs before attention; a block runs attention first, then the MLP",
+        _pre_mlp_first,
+    ),
+    ("no norm is used: each sublayer reads a normalised copy, attn(norm1(x))", _no_norms),
 ]
 
 
-def _rms_inputs(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, float]:
-    x = torch.randn(2, 5, 8, generator=g) * 3.0  # [B, n, d]
-    x[:, 0] *= 1e-3  # one near-zero token per sequence: where eps matters
-    weight = 0.5 + torch.rand(8, generator=g)  # [d], distinct gains so a scalar is caught
-    return x, weight, 1e-5
+def _post_final_norm_forgotten(x, attn, mlp, norm1, norm2):
+    h = norm1(x + attn(x))
+    return h + mlp(h)
 
 
-def _ln_inputs(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
-    x = torch.randn(2, 5, 8, generator=g) * 3.0 + 1.0  # an offset, so centring matters
-    x[:, 0] = x[:, 0] * 1e-3
-    weight = 0.5 + torch.rand(8, generator=g)
-    bias = torch.randn(8, generator=g)
-    return x, weight, bias, 1e-5
+def _post_first_norm_forgotten(x, attn, mlp, norm1, norm2):
+    h = x + attn(x)
+    return norm2(h + mlp(h))
 
 
-def check_rmsnorm(rmsnorm) -> CheckResult:
-    """Run `rmsnorm(x, weight, eps)` on random [2, 5, 8] inputs, one near-zero token each."""
-    return compare("rmsnorm", rmsnorm, solution_rmsnorm, _rms_inputs, mistakes=RMS_MISTAKES)
+def _post_no_attn_residual(x, attn, mlp, norm1, norm2):
+    h = norm1(attn(x))
+    return norm2(h + mlp(h))
 
 
-def check_layernorm(layernorm) -> CheckResult:
-    """Run `layernorm(x, weight, bias, eps)` on random [2, 5, 8] inputs."""
-    return compare("layernorm", layernorm, solution_layernorm, _ln_inputs, mistakes=LN_MISTAKES)
+def _post_no_mlp_residual(x, attn, mlp, norm1, norm2):
+    h = norm1(x + attn(x))
+    return norm2(mlp(h))
+
+
+def _post_sublayers_read_norms(x, attn, mlp, norm1, norm2):
+    h = norm1(x + attn(norm1(x)))
+    return norm2(h + mlp(norm2(h)))
+
+
+def _post_norm_on_output(x, attn, mlp, norm1, norm2):
+    h = x + norm1(attn(x))
+    return h + norm2(mlp(h))
+
+
+def _post_norms_swapped(x, attn, mlp, norm1, norm2):
+    return solution_post_norm_block(x, attn, mlp, norm2, norm1)
+
+
+def _post_mlp_reads_input(x, attn, mlp, norm1, norm2):
+    h = norm1(x + attn(x))
+    return norm2(h + mlp(x))
+
+
+def _post_mlp_residual_from_input(x, attn, mlp, norm1, norm2):
+    h = norm1(x + attn(x))
+    return norm2(x + mlp(h))
+
+
+POST_MISTAKES = [
+    (
+        "the final norm is forgotten: in post-norm every sum is normalised, the last one too: "
+        "return norm2(h + mlp(h))",
+        _post_final_norm_forgotten,
+    ),
+    (
+        "the first sum is not normalised: h = norm1(x + attn(x)) before the MLP reads it",
+        _post_first_norm_forgotten,
+    ),
+    (
+        "the residual around attention is missing: h = norm1(x + attn(x)), not norm1(attn(x))",
+        _post_no_attn_residual,
+    ),
+    (
+        "the residual around the MLP is missing: norm2(h + mlp(h)), not norm2(mlp(h))",
+        _post_no_mlp_residual,
+    ),
+    (
+        "that is pre-norm, x + f(norm(x)); post-norm normalises the sum: h = norm1(x + attn(x))",
+        solution_pre_norm_block,
+    ),
+    (
+        "the sublayers read a normalised copy as well; in post-norm attn and mlp read the stream "
+        "as it is, attn(x), and only the sums are normalised",
+        _post_sublayers_read_norms,
+    ),
+    (
+        "the norm is applied to the sublayer's output, x + norm(f(x)); post-norm normalises the "
+        "whole sum: norm(x + f(x))",
+        _post_norm_on_output,
+    ),
+    (
+        "norm1 and norm2 are swapped: norm1 follows attention's sum, norm2 the MLP's",
+        _post_norms_swapped,
+    ),
+    (
+        "the MLP reads the block's input x; it reads the normalised stream after attention: "
+        "norm2(h + mlp(h)) with h = norm1(x + attn(x))",
+        _post_mlp_reads_input,
+    ),
+    (
+        "the MLP's residual adds the block's input x, so attention's contribution is lost: "
+        "norm2(h + mlp(h)) with h = norm1(x + attn(x))",
+        _post_mlp_residual_from_input,
+    ),
+    ("no norm is used: post-norm normalises each sum, norm1(x + attn(x))", _no_norms),
+]
+
+
+def _random_block(placement: str, g: torch.Generator) -> Block:
+    """A small gptlib Block (d 8, 2 heads) with every parameter drawn from `g`: pre-norm with
+    RMSNorm as in chapter 2, post-norm with LayerNorm as in chapter 3."""
+    preset = microgpt if placement == "pre" else textbook
+    cfg = preset(n_embd=8, n_head=2, block_size=8, n_layer=1, norm_placement=placement)
+    with torch.random.fork_rng(devices=[]):  # building a module draws from the global RNG
+        block = Block(cfg).eval()
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if name.startswith("ln"):  # distinct gains (and biases), so a swap shows
+                p.copy_(
+                    0.5 + torch.rand(p.shape, generator=g)
+                    if name.endswith("weight")
+                    else 0.5 * torch.randn(p.shape, generator=g)
+                )
+            else:  # a Linear weight [out, in]: outputs of the stream's size
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+    return block
+
+
+def _check_block(name: str, user_fn: Callable, placement: str, mistakes) -> CheckResult:
+    built: dict[str, Block] = {}
+
+    def make_inputs(g: torch.Generator):
+        built["block"] = block = _random_block(placement, g)
+        x = 2.0 * torch.randn(2, 6, 8, generator=g)  # [B, n, d], a stream not already normalised
+        return x, block.attn, block.mlp, block.ln1, block.ln2
+
+    def library_block(x, attn, mlp, norm1, norm2):
+        return built["block"](x)  # gptlib.model.Block, the four modules above are its own
+
+    with torch.no_grad():
+        return compare(name, user_fn, library_block, make_inputs, mistakes=mistakes)
+
+
+@solved_by(solution_pre_norm_block)
+def check_pre_norm_block(pre_norm_block) -> CheckResult:
+    """Run `pre_norm_block(x, attn, mlp, norm1, norm2)` on random pre-norm RMSNorm blocks and
+    x [2, 6, 8], against `gptlib.model.Block(norm_placement="pre")` made of the same modules."""
+    return _check_block("pre_norm_block", pre_norm_block, "pre", PRE_MISTAKES)
+
+
+@solved_by(solution_post_norm_block)
+def check_post_norm_block(post_norm_block) -> CheckResult:
+    """Run `post_norm_block(x, attn, mlp, norm1, norm2)` on random post-norm LayerNorm blocks and
+    x [2, 6, 8], against `gptlib.model.Block(norm_placement="post")` made of the same modules."""
+    return _check_block("post_norm_block", post_norm_block, "post", POST_MISTAKES)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optional: RMSNorm's backward pass
+
+
+def solution_rmsnorm_backward(x, weight, grad_out, eps):
+    """x [..., d], weight [d], grad_out = dL/dy [..., d] -> (dL/dx [..., d], dL/dweight [d])
+    for y = x / rms * weight with rms = sqrt(mean(x^2 over d) + eps)."""
+    rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)  # [..., 1]: eps inside the root
+    x_hat = x / rms  # [..., d]: the token scaled to RMS about 1, before the gain
+    d = x.shape[-1]
+    grad_weight = (grad_out * x_hat).reshape(-1, d).sum(dim=0)  # [d]: every token uses the gain
+    g = grad_out * weight  # [..., d]: dL/dx_hat
+    # rms depends on x as well: d rms / d x_j = x_j / (d * rms). That removes the part of g
+    # along x_hat: scaling a token up or down leaves x_hat (almost, with eps) unchanged.
+    grad_x = (g - x_hat * (g * x_hat).mean(dim=-1, keepdim=True)) / rms  # [..., d]
+    return grad_x, grad_weight
+
+
+def _bw_parts(x, weight, grad_out, eps):
+    rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return rms, x / rms, grad_out * weight
+
+
+def _bw_grad_weight(x_hat, grad_out):
+    return (grad_out * x_hat).reshape(-1, x_hat.shape[-1]).sum(dim=0)
+
+
+def _bw_rms_constant(x, weight, grad_out, eps):
+    rms, x_hat, g = _bw_parts(x, weight, grad_out, eps)
+    return g / rms, _bw_grad_weight(x_hat, grad_out)
+
+
+def _bw_sum_not_mean(x, weight, grad_out, eps):
+    rms, x_hat, g = _bw_parts(x, weight, grad_out, eps)
+    return (g - x_hat * (g * x_hat).sum(-1, keepdim=True)) / rms, _bw_grad_weight(x_hat, grad_out)
+
+
+def _bw_sign(x, weight, grad_out, eps):
+    rms, x_hat, g = _bw_parts(x, weight, grad_out, eps)
+    return (g + x_hat * (g * x_hat).mean(-1, keepdim=True)) / rms, _bw_grad_weight(x_hat, grad_out)
+
+
+def _bw_eps_outside(x, weight, grad_out, eps):
+    rms = x.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps
+    x_hat, g = x / rms, grad_out * weight
+    return (g - x_hat * (g * x_hat).mean(-1, keepdim=True)) / rms, _bw_grad_weight(x_hat, grad_out)
+
+
+def _bw_no_gain(x, weight, grad_out, eps):
+    rms, x_hat, _ = _bw_parts(x, weight, grad_out, eps)
+    g = grad_out
+    return (g - x_hat * (g * x_hat).mean(-1, keepdim=True)) / rms, _bw_grad_weight(x_hat, grad_out)
+
+
+def _bw_weight_not_summed(x, weight, grad_out, eps):
+    grad_x, _ = solution_rmsnorm_backward(x, weight, grad_out, eps)
+    return grad_x, grad_out * (x / _bw_parts(x, weight, grad_out, eps)[0])
+
+
+def _bw_weight_first_dim(x, weight, grad_out, eps):
+    grad_x, _ = solution_rmsnorm_backward(x, weight, grad_out, eps)
+    return grad_x, (grad_out * (x / _bw_parts(x, weight, grad_out, eps)[0])).sum(dim=0)
+
+
+def _bw_weight_first_two_dims(x, weight, grad_out, eps):
+    grad_x, _ = solution_rmsnorm_backward(x, weight, grad_out, eps)
+    return grad_x, (grad_out * (x / _bw_parts(x, weight, grad_out, eps)[0])).sum(dim=(0, 1))
+
+
+def _bw_weight_uses_x(x, weight, grad_out, eps):
+    grad_x, _ = solution_rmsnorm_backward(x, weight, grad_out, eps)
+    return grad_x, (grad_out * x).reshape(-1, x.shape[-1]).sum(dim=0)
+
+
+def _bw_swapped(x, weight, grad_out, eps):
+    grad_x, grad_weight = solution_rmsnorm_backward(x, weight, grad_out, eps)
+    return grad_weight, grad_x
+
+
+BACKWARD_MISTAKES = [
+    (
+        "grad_x treats the RMS as a constant (grad_out * weight / rms); rms depends on x too: "
+        "subtract x_hat * mean(g * x_hat) from g = grad_out * weight before dividing by rms",
+        _bw_rms_constant,
+    ),
+    (
+        "the correction uses sum(g * x_hat) over the features; it is their mean, since "
+        "d rms / d x_j = x_j / (d * rms)",
+        _bw_sum_not_mean,
+    ),
+    ("the correction has the wrong sign: g - x_hat * mean(g * x_hat), then / rms", _bw_sign),
+    (
+        "eps is added after the square root; it belongs inside: sqrt(mean(x^2) + eps). The "
+        "near-zero token shows the difference",
+        _bw_eps_outside,
+    ),
+    (
+        "the gain is missing from grad_x: the gradient reaching x_hat is grad_out * weight",
+        _bw_no_gain,
+    ),
+    (
+        "grad_weight has x's shape; one gain serves every token, so sum grad_out * x_hat over "
+        "all leading dimensions, leaving [d]",
+        _bw_weight_not_summed,
+    ),
+    (
+        "grad_weight is summed over the first dimension only; x may have any leading shape: "
+        "sum over all of them, e.g. (grad_out * x_hat).reshape(-1, d).sum(0)",
+        _bw_weight_first_dim,
+    ),
+    (
+        "grad_weight is summed over the first two dimensions only; x may have any leading shape: "
+        "sum over all of them, e.g. (grad_out * x_hat).reshape(-1, d).sum(0)",
+        _bw_weight_first_two_dims,
+    ),
+    (
+        "grad_weight uses x; the gain multiplies x_hat = x / rms, so it is the sum of "
+        "grad_out * x_hat",
+        _bw_weight_uses_x,
+    ),
+    ("the two gradients are swapped: return (grad_x, grad_weight)", _bw_swapped),
+]
+
+# Three leading shapes, one per trial (picked by the seed): [B, h, n], [B, n] and [N].
+_LEADING = ((2, 3, 2), (2, 5), (7,))
+
+
+def _backward_inputs(g: torch.Generator):
+    d = 8
+    leading = _LEADING[g.initial_seed() % len(_LEADING)]
+    x = 3.0 * torch.randn(*leading, d, generator=g, dtype=torch.float64)
+    x.view(-1, d)[0] *= 1e-3  # one near-zero token: where eps matters
+    weight = 0.5 + torch.rand(d, generator=g, dtype=torch.float64)  # distinct gains
+    grad_out = torch.randn(*leading, d, generator=g, dtype=torch.float64)
+    return x, weight, grad_out, 1e-5
+
+
+def _autograd_rmsnorm_backward(x, weight, grad_out, eps):
+    """The reference: gptlib's RMSNorm forward, differentiated by autograd."""
+    norm = RMSNorm(x.shape[-1], eps).double()
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+    x = x.detach().clone().requires_grad_(True)
+    grad_x, grad_weight = torch.autograd.grad(norm(x), (x, norm.weight), grad_out)
+    return grad_x, grad_weight
+
+
+@solved_by(solution_rmsnorm_backward)
+def check_rmsnorm_backward(rmsnorm_backward) -> CheckResult:
+    """Run `rmsnorm_backward(x, weight, grad_out, eps)` on x of shapes [2, 5, 8], [7, 8] and
+    [2, 3, 2, 8] (float64, one near-zero token each) against autograd through gptlib's RMSNorm."""
+    return compare(
+        "rmsnorm_backward",
+        rmsnorm_backward,
+        _autograd_rmsnorm_backward,
+        _backward_inputs,
+        mistakes=BACKWARD_MISTAKES,
+        atol=1e-8,
+        rtol=1e-6,
+    )

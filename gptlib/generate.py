@@ -30,7 +30,7 @@ from gptlib.model import GPT
 from gptlib.tokenizer import CharTokenizer
 
 
-def _check_sampling(temperature: float, top_k: int | None) -> None:
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None = None) -> None:
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if temperature < 0:
@@ -40,21 +40,55 @@ def _check_sampling(temperature: float, top_k: int | None) -> None:
         )
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and (
+        isinstance(top_p, bool)
+        or not isinstance(top_p, (int, float))
+        or not (0 < top_p <= 1)  # also refuses nan
+    ):
+        raise ValueError(
+            f"top_p must be a number in (0, 1] or None, got {top_p!r}: the share of probability "
+            "mass the kept tokens must reach (1 keeps every token)"
+        )
 
 
-def next_token_probs(
-    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None
+def filter_logits(
+    logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None
 ) -> torch.Tensor:
-    """The distribution the next token is drawn from, [..., V]. Temperature 0 is greedy: all
-    the mass on the argmax (dividing by 0 would give inf/nan)."""
-    _check_sampling(temperature, top_k)
-    if temperature == 0:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
-    logits = logits / temperature
+    """logits [..., V] -> logits [..., V] with the removed tokens at -inf; the softmax of the
+    result renormalises the kept ones.
+
+    top_k keeps the k largest logits of each row (with every token tied with the k-th). top_p
+    (nucleus) then keeps, in the distribution left by top_k, the most likely tokens until their
+    probabilities add up to at least p: the token that crosses p is kept, and so is every token
+    tied with the last one kept. None (or k >= V, p = 1) keeps every token.
+    """
+    _check_sampling(1.0, top_k, top_p)
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # k-th largest per row
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return logits.softmax(dim=-1)
+    if top_p is not None and top_p < 1:
+        probs = logits.softmax(dim=-1)  # renormalised over what top_k kept
+        ranked = probs.sort(dim=-1, descending=True).values  # [..., V], largest first
+        mass_before = ranked.cumsum(dim=-1) - ranked  # mass of the tokens ranked above each
+        n_keep = (mass_before < top_p).sum(dim=-1, keepdim=True)  # >= 1: the first always stays
+        smallest_kept = ranked.gather(-1, n_keep - 1)  # [..., 1]
+        logits = logits.masked_fill(probs < smallest_kept, float("-inf"))
+    return logits
+
+
+def next_token_probs(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """The distribution the next token is drawn from, [..., V]: the logits divided by the
+    temperature, filtered by top_k and top_p (`filter_logits`), softmax. Temperature 0 is greedy:
+    all the mass on the argmax (dividing by 0 would give inf/nan)."""
+    _check_sampling(temperature, top_k, top_p)
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
+    return filter_logits(logits / temperature, top_k, top_p).softmax(dim=-1)
 
 
 def pick_next(
@@ -62,12 +96,13 @@ def pick_next(
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    top_p: float | None = None,
 ) -> torch.Tensor:
     """logits [B, V] -> next ids [B, 1]."""
     if temperature == 0:
-        _check_sampling(temperature, top_k)
+        _check_sampling(temperature, top_k, top_p)
         return logits.argmax(dim=-1, keepdim=True)
-    probs = next_token_probs(logits, temperature, top_k)
+    probs = next_token_probs(logits, temperature, top_k, top_p)
     return torch.multinomial(probs, num_samples=1, generator=generator)
 
 
@@ -80,10 +115,12 @@ def generate(
     generator: torch.Generator | None = None,
     stop_token: int | None = None,
     use_cache: bool = True,
+    top_p: float | None = None,
 ) -> torch.Tensor:
     """Extend idx [B, n0] by up to `max_new_tokens` tokens and return [B, n0 + new].
 
-    temperature > 0 samples, temperature == 0 takes the argmax, a negative one raises. With
+    temperature > 0 samples (from the top_k / top_p filtered distribution when given, see
+    `filter_logits`), temperature == 0 takes the argmax, a negative one raises. With
     `stop_token`, a row that produced it keeps repeating it, and the loop ends once every row has.
     The model is put in eval mode (dropout off) and restored afterwards.
 
@@ -92,7 +129,7 @@ def generate(
     most block_size tokens); past that the recompute path slides a block_size window and the
     cache path rebuilds itself from the last block_size // 2 tokens (see the module docstring).
     """
-    _check_sampling(temperature, top_k)
+    _check_sampling(temperature, top_k, top_p)
     if idx.dim() != 2 or idx.size(1) == 0:
         raise ValueError(
             f"idx must be [B, n0] with n0 >= 1 tokens of prompt, got {tuple(idx.shape)}"
@@ -101,7 +138,7 @@ def generate(
     model.eval()
     try:
         out = _extend(
-            model, idx, max_new_tokens, temperature, top_k, generator, stop_token, use_cache
+            model, idx, max_new_tokens, temperature, top_k, generator, stop_token, use_cache, top_p
         )
     finally:
         model.train(was_training)
@@ -113,7 +150,9 @@ def generate(
 # inference_mode rather than no_grad: no autograd bookkeeping at all (no version counters, no
 # view tracking), which a decode step of a few hundred tiny operations notices.
 @torch.inference_mode()
-def _extend(model, idx, max_new_tokens, temperature, top_k, generator, stop_token, use_cache):
+def _extend(
+    model, idx, max_new_tokens, temperature, top_k, generator, stop_token, use_cache, top_p=None
+):
     """The sampling loop of `generate`, the model already in eval mode."""
     T = model.cfg.block_size
     keep = max(1, T // 2)  # a full cache is rebuilt from this many newest tokens
@@ -132,7 +171,7 @@ def _extend(model, idx, max_new_tokens, temperature, top_k, generator, stop_toke
             logits, _ = model(idx[:, -keep:], cache=cache)
         else:
             logits, _ = model(idx[:, -1:], cache=cache)  # decode: the newest token only
-        nxt = pick_next(logits[:, -1, :], temperature, top_k, generator)  # [B, 1]
+        nxt = pick_next(logits[:, -1, :], temperature, top_k, generator, top_p)  # [B, 1]
         if stop_token is not None:
             nxt = nxt.masked_fill(finished[:, None], stop_token)
             finished |= nxt[:, 0] == stop_token
@@ -151,6 +190,7 @@ def sample_documents(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    top_p: float | None = None,
 ) -> list[str]:
     """New documents (names, for the names corpus): start at BOS, stop at the next BOS."""
     bos = tokenizer.bos_id
@@ -158,7 +198,7 @@ def sample_documents(
         raise ValueError("sample_documents needs a tokenizer with a BOS token (a document corpus)")
     device = model.lm_head.weight.device
     start = torch.full((num, 1), bos, dtype=torch.long, device=device)
-    out = generate(model, start, max_len, temperature, top_k, generator, bos, use_cache)
+    out = generate(model, start, max_len, temperature, top_k, generator, bos, use_cache, top_p)
     docs = []
     for row in out[:, 1:].tolist():
         cut = row.index(bos) if bos in row else len(row)
@@ -175,9 +215,12 @@ def complete(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    top_p: float | None = None,
 ) -> str:
     """Continue a text prompt and return prompt + continuation, decoded."""
     device = model.lm_head.weight.device
     idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=device)
-    out = generate(model, idx, max_new_tokens, temperature, top_k, generator, None, use_cache)
+    out = generate(
+        model, idx, max_new_tokens, temperature, top_k, generator, None, use_cache, top_p
+    )
     return tokenizer.decode(out[0].tolist())

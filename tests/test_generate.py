@@ -1,4 +1,4 @@
-"""generate, next_token_probs, pick_next, sample_documents, complete: temperature, top-k,
+"""generate, next_token_probs, pick_next, sample_documents, complete: temperature, top-k, top-p,
 stopping at BOS, cropping to block_size, and the same tokens with and without the KV cache."""
 
 import math
@@ -8,7 +8,14 @@ import torch
 from builders import random_ids, sharp_model
 
 from gptlib.config import textbook
-from gptlib.generate import complete, generate, next_token_probs, pick_next, sample_documents
+from gptlib.generate import (
+    complete,
+    filter_logits,
+    generate,
+    next_token_probs,
+    pick_next,
+    sample_documents,
+)
 from gptlib.model import GPT
 from gptlib.tokenizer import CharTokenizer
 
@@ -125,6 +132,110 @@ def test_top_k_one_is_greedy(small_textbook):
 def test_bad_top_k_raises(bad):
     with pytest.raises(ValueError, match="top_k"):
         next_token_probs(_logits(), 1.0, top_k=bad)
+
+
+# --- top-p (nucleus) ------------------------------------------------------------------------------
+
+
+def _nucleus_by_hand(probs_row, p):
+    """The smallest set of most likely tokens whose probabilities reach p, as a set of ids."""
+    order = sorted(range(len(probs_row)), key=lambda i: -probs_row[i])
+    kept, mass = set(), 0.0
+    for i in order:
+        kept.add(i)
+        mass += probs_row[i]
+        if mass >= p:
+            break
+    return kept
+
+
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.9, 0.99])
+def test_top_p_keeps_the_smallest_nucleus_reaching_p(p):
+    logits = _logits(B=6, V=15, seed=1)
+    probs = next_token_probs(logits, 1.0, top_p=p)
+    full = logits.softmax(-1)
+    for row in range(6):
+        kept = set((probs[row] > 0).nonzero().flatten().tolist())
+        assert kept == _nucleus_by_hand(full[row].tolist(), p)
+        assert float(full[row, sorted(kept)].sum()) >= p - 1e-6  # the crossing token is in
+    torch.testing.assert_close(probs.sum(-1), torch.ones(6))
+    # Renormalised: the kept tokens keep their ratios.
+    expected = torch.where(probs > 0, full, torch.zeros_like(full))
+    torch.testing.assert_close(probs, expected / expected.sum(-1, keepdim=True))
+
+
+def test_top_p_one_and_none_change_nothing():
+    logits = _logits()
+    for p in (None, 1, 1.0):
+        torch.testing.assert_close(
+            next_token_probs(logits, 0.8, top_p=p), (logits / 0.8).softmax(-1)
+        )
+
+
+def test_top_p_always_keeps_the_most_likely_token():
+    logits = _logits()
+    probs = next_token_probs(logits, 1.0, top_p=1e-6)
+    assert torch.equal(probs, torch.nn.functional.one_hot(logits.argmax(-1), 11).float())
+
+
+def test_top_p_is_measured_after_the_temperature():
+    logits = _logits(B=8, V=15, seed=2)
+    sharp = (next_token_probs(logits, 0.3, top_p=0.8) > 0).sum()
+    flat = (next_token_probs(logits, 3.0, top_p=0.8) > 0).sum()
+    assert sharp < flat  # a flatter distribution needs more tokens to reach the same mass
+
+
+def test_top_p_applies_to_the_distribution_left_by_top_k():
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0, -1.0]])
+    # top_k=2 leaves e^3 : e^2 = 0.73 : 0.27, so p = 0.7 keeps the first token alone; measured on
+    # the unfiltered distribution (0.64, 0.24, ...) it would keep two.
+    kept = filter_logits(logits, top_k=2, top_p=0.7)
+    assert torch.isfinite(kept).tolist() == [[True, False, False, False, False]]
+    assert torch.equal(filter_logits(logits, top_p=0.7)[:, :2], logits[:, :2])
+
+
+def test_filter_keeps_ties():
+    logits = torch.tensor([[2.0, 2.0, 2.0, 0.0, 0.0]])
+    assert torch.isfinite(filter_logits(logits, top_k=2)).sum() == 3  # tied with the 2nd: kept
+    assert torch.isfinite(filter_logits(logits, top_p=0.3)).sum() == 3  # the crossing one's ties
+    assert torch.equal(filter_logits(logits, top_k=2)[:, :3], logits[:, :3])
+
+
+def test_top_p_samples_only_from_the_nucleus(small_textbook):
+    logits = _logits(B=1, V=20)
+    allowed = _nucleus_by_hand(logits[0].softmax(-1).tolist(), 0.6)
+    g = torch.Generator().manual_seed(0)
+    drawn = {int(pick_next(logits, 1.0, generator=g, top_p=0.6)) for _ in range(300)}
+    assert drawn == allowed
+    model = _model(small_textbook)
+    prompt = _ids(small_textbook, 2, 2)
+    tiny = generate(model, prompt, 8, temperature=1.3, generator=g, top_p=1e-6)
+    assert torch.equal(tiny, generate(model, prompt, 8, temperature=0))
+
+
+def test_top_p_reaches_sample_documents_and_complete(small_textbook):
+    tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz", bos=".")
+    cfg = small_textbook.replace(vocab_size=tok.vocab_size)
+    model = _model(cfg)
+    g = torch.Generator().manual_seed(0)
+    assert sample_documents(model, tok, 3, 6, 1.0, generator=g, top_p=1e-6) == sample_documents(
+        model, tok, 3, 6, 0.0
+    )
+    assert complete(model, tok, "ab", 5, 1.0, generator=g, top_p=1e-6) == complete(
+        model, tok, "ab", 5, 0.0
+    )
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -0.1, 1.5, float("nan"), "0.9", True])
+def test_bad_top_p_raises(small_textbook, bad):
+    with pytest.raises(ValueError, match=r"top_p must be a number in \(0, 1\]"):
+        next_token_probs(_logits(), 1.0, top_p=bad)
+    with pytest.raises(ValueError, match="top_p"):
+        filter_logits(_logits(), top_p=bad)
+    with pytest.raises(ValueError, match="top_p"):
+        pick_next(_logits(), 0.0, top_p=bad)
+    with pytest.raises(ValueError, match="top_p"):
+        generate(_model(small_textbook), _ids(small_textbook, 1, 2), 3, top_p=bad)
 
 
 # --- seeded sampling ------------------------------------------------------------------------------

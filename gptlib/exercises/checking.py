@@ -53,6 +53,7 @@ def _helpers_of(fn: Callable) -> list[Callable]:
     found: dict[str, Callable] = {}
 
     def visit(f: Callable) -> None:
+        f = inspect.unwrap(f)  # a @torch.no_grad() solution keeps its code on __wrapped__
         for name in f.__code__.co_names:
             obj = getattr(module, name, None)
             if (

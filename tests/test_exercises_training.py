@@ -1,111 +1,216 @@
-"""The warmup and parameter-group checks pass their solutions, agree with gptlib.train, and name
-each typical mistake."""
+"""The training-loop and validation-loss checks: a stub is 'not written yet', the reference
+solutions pass, and each typical mistake gets its own hint."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from gptlib import exercises
-from gptlib.config import textbook
+from gptlib.data import sample_batch
 from gptlib.exercises import training
-from gptlib.model import GPT
-from gptlib.train import learning_rate, parameter_groups
+from gptlib.exercises.checking import not_written, show_solution
+from gptlib.train import learning_rate
+
+# ---------------------------------------------------------------------------------------------
+# train_loop
 
 
-def test_warmup_solution_passes():
-    result = training.check_warmup_lr(training.solution_warmup_lr)
+def test_loop_stub_is_not_written_yet():
+    def train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+        raise NotImplementedError  # your code here
+
+    result = training.check_train_loop(train_loop)
+    assert not result.passed
+    assert result.message == not_written("train_loop").message
+    assert result.message == (
+        "train_loop is not written yet: replace its body and run this cell again"
+    )
+
+
+def test_loop_solution_passes():
+    result = training.check_train_loop(training.solution_train_loop)
     assert result.passed
-    assert result.message == "✓ warmup_lr: matches the reference on 3 random inputs"
+    assert result.message.startswith("✓ train_loop: the same 6 losses and the same final weights")
 
 
-@pytest.mark.parametrize("warmup", [1, 5, 100])
-def test_warmup_solution_matches_library(warmup):
-    for step in range(3 * warmup + 2):
-        assert training.solution_warmup_lr(step, warmup, 2e-3) == pytest.approx(
-            learning_rate(step, 2e-3, warmup)
+@pytest.mark.parametrize(
+    "hint, wrong", training.LOOP_MISTAKES, ids=lambda m: getattr(m, "__name__", "")
+)
+def test_each_loop_mistake_gets_its_hint(hint, wrong):
+    result = training.check_train_loop(wrong)
+    assert not result.passed
+    assert result.message == f"✗ train_loop: {hint}"
+
+
+def test_loop_hints_are_distinct():
+    hints = [hint for hint, _ in training.LOOP_MISTAKES]
+    assert len(set(hints)) == len(hints)
+
+
+def test_clip_after_step_is_named_like_no_clip():
+    result = training.check_train_loop(training._clip_after_step)
+    assert not result.passed
+    assert "comes after optimizer.step()" in result.message
+
+
+def _written_differently(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+    # Another correct loop: zero_grad at the end of the step, the loss computed by hand.
+    g = torch.Generator().manual_seed(seed)
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
+        idx, labels = sample_batch(tokens, batch_size, model.cfg.block_size, g)
+        logits, _ = model(idx)
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
+        optimizer.step()
+        model.zero_grad()
+        losses.append(loss)  # tensors are fine too
+    return losses
+
+
+def test_a_correct_loop_written_differently_passes():
+    assert training.check_train_loop(_written_differently).passed
+
+
+def test_readers_first_try_without_zero_grad():
+    def train_loop_first_try(
+        model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed
+    ):
+        g = torch.Generator().manual_seed(seed)
+        model.train()
+        losses = []
+        for step in range(steps):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
+            idx, labels = sample_batch(tokens, batch_size, model.cfg.block_size, g)
+            loss = model(idx, labels)[1]
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    result = training.check_train_loop(train_loop_first_try)
+    assert "without zero_grad the gradients" in result.message
+
+
+def test_unknown_slip_in_the_forward_names_step_0():
+    def doubled_loss(*args):
+        model = args[0]
+        original = model.forward
+
+        def forward(idx, labels=None, cache=None):
+            logits, loss = original(idx, labels, cache)
+            return logits, 2 * loss
+
+        model.forward = forward
+        return training.solution_train_loop(*args)
+
+    result = training.check_train_loop(doubled_loss)
+    assert not result.passed
+    assert "the loss of step 0 is already" in result.message
+
+
+def test_unknown_slip_in_the_update_names_the_step():
+    def half_lr(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+        return training.solution_train_loop(
+            model, optimizer, tokens, steps, batch_size, max_lr / 2, warmup, clip, seed
         )
 
-
-def test_warmup_values():
-    lrs = [training.solution_warmup_lr(s, 4, 1.0) for s in range(6)]
-    assert lrs == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
-
-
-@pytest.mark.parametrize(
-    "hint, wrong", training.WARMUP_MISTAKES, ids=lambda m: getattr(m, "__name__", "")
-)
-def test_each_warmup_mistake_gets_its_hint(hint, wrong):
-    result = training.check_warmup_lr(wrong)
+    result = training.check_train_loop(half_lr)
     assert not result.passed
-    assert result.message == f"✗ warmup_lr: {hint}"
+    assert "the losses agree up to step 0 and part at step 1" in result.message
 
 
-def test_warmup_written_with_zero_start_by_a_reader():
-    def first_try(step, warmup, max_lr):
-        return min(max_lr, max_lr * step / warmup)
+def test_wrong_number_of_losses_and_errors_are_reported():
+    def last_loss_only(*args):
+        return training.solution_train_loop(*args)[-1:]
 
-    assert "step 0 gets learning rate 0" in training.check_warmup_lr(first_try).message
+    assert "returned 1 losses for 6 steps" in training.check_train_loop(last_loss_only).message
 
+    def crashes(*args):
+        raise RuntimeError("boom")
 
-def test_decay_solution_passes():
-    result = training.check_decay_groups(training.solution_decay_groups)
-    assert result.passed
-    assert result.message == "✓ decay_groups: matches the reference on 3 random inputs"
-
-
-def test_decay_solution_matches_library():
-    model = GPT(textbook(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16))
-    ours = training.solution_decay_groups(model, 0.1)
-    theirs = parameter_groups(model, 0.1)
-    for a, b in zip(ours, theirs, strict=True):
-        assert a["weight_decay"] == b["weight_decay"]
-        assert [id(p) for p in a["params"]] == [id(p) for p in b["params"]]
-    # the tied table once, in the decaying group; the 1-D LayerNorm parameters undecayed
-    assert sum(p is model.tok_emb.weight for p in ours[0]["params"]) == 1
-    assert all(p.dim() == 1 for p in ours[1]["params"]) and len(ours[1]["params"]) == 2 * 5
+    assert training.check_train_loop(crashes).message == (
+        "✗ train_loop: your function raised RuntimeError: boom"
+    )
 
 
-@pytest.mark.parametrize(
-    "hint, wrong", training.DECAY_MISTAKES, ids=lambda m: getattr(m, "__name__", "")
-)
-def test_each_decay_mistake_gets_its_hint(hint, wrong):
-    result = training.check_decay_groups(wrong)
-    assert not result.passed
-    assert result.message == f"✗ decay_groups: {hint}"
-
-
-def test_hand_written_list_with_both_tables():
-    def both_tables(model, weight_decay):
-        decay = [model.tok_emb.weight, model.lm_head.weight]
-        decay += [p for n, p in model.named_parameters() if p.dim() >= 2 and "tok_emb" not in n]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        return [
-            {"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
-
-    assert "twice" in training.check_decay_groups(both_tables).message
-
-
-def test_wrong_decay_value_is_caught():
-    def fixed_decay(model, weight_decay):
-        groups = training.solution_decay_groups(model, weight_decay)
-        groups[0]["weight_decay"] = 0.01
-        return groups
-
-    result = training.check_decay_groups(fixed_decay)
-    assert not result.passed
-    assert "values differ" in result.message
-
-
-def test_check_leaves_global_random_stream_alone():
+def test_loop_check_leaves_global_random_stream_alone():
     torch.manual_seed(0)
-    training.check_decay_groups(training.solution_decay_groups)
+    training.check_train_loop(training.solution_train_loop)
     after = torch.rand(1)
     torch.manual_seed(0)
     assert torch.equal(after, torch.rand(1))
 
 
+def test_clipping_acts_in_the_check():
+    # If no step were clipped, the clip mistakes could not be told from the right answer.
+    model, tokens = training._loop_setup(training.LOOP_SEEDS[0])
+    losses, weights = training._run_loop(None, model, tokens, training.LOOP_SEEDS[0], library=True)
+    _, unclipped = training._run_loop(training._no_clip, model, tokens, training.LOOP_SEEDS[0])
+    assert (weights - unclipped).abs().max() > 1e-4
+
+
+# ---------------------------------------------------------------------------------------------
+# validation_loss
+
+
+def test_estimate_stub_is_not_written_yet():
+    def validation_loss(model, tokens, batch_size, n_batches, seed):
+        raise NotImplementedError  # your code here
+
+    result = training.check_validation_loss(validation_loss)
+    assert not result.passed
+    assert result.message == (
+        "validation_loss is not written yet: replace its body and run this cell again"
+    )
+
+
+def test_estimate_solution_passes():
+    result = training.check_validation_loss(training.solution_validation_loss)
+    assert result.passed
+    assert result.message.startswith("✓ validation_loss: ")
+
+
+@pytest.mark.parametrize(
+    "hint, wrong", training.ESTIMATE_MISTAKES, ids=lambda m: getattr(m, "__name__", "")
+)
+def test_each_estimate_mistake_gets_its_hint(hint, wrong):
+    result = training.check_validation_loss(wrong)
+    assert not result.passed
+    assert result.message == f"✗ validation_loss: {hint}"
+
+
+def test_estimate_wrong_average_is_reported():
+    def summed(model, tokens, batch_size, n_batches, seed):
+        return n_batches * training.solution_validation_loss(
+            model, tokens, batch_size, n_batches, seed
+        )
+
+    result = training.check_validation_loss(summed)
+    assert not result.passed
+    assert "gptlib.train.estimate_loss gives" in result.message
+
+
+# ---------------------------------------------------------------------------------------------
+# Both
+
+
+@pytest.mark.parametrize("check", [training.check_train_loop, training.check_validation_loss])
+def test_show_solution_prints_the_reference(check, capsys):
+    show_solution(check)
+    out = capsys.readouterr().out
+    assert f"def {check.solution.__name__}(" in out
+    assert "def _loop(" not in out and "def _estimate(" not in out  # the wrong versions stay hidden
+
+
 def test_reexported_from_package():
-    assert exercises.check_warmup_lr is training.check_warmup_lr
-    assert exercises.check_decay_groups is training.check_decay_groups
-    assert exercises.solution_decay_groups is training.solution_decay_groups
+    assert exercises.check_train_loop is training.check_train_loop
+    assert exercises.check_validation_loss is training.check_validation_loss
+    assert exercises.solution_train_loop is training.solution_train_loop
+    assert "solution_validation_loss" in exercises.__all__

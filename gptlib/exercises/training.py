@@ -1,263 +1,528 @@
-"""Chapter 09, the training loop: the warmup schedule and the AdamW parameter groups.
+"""Chapter 09, the training loop: the training step itself, and the validation loss.
 
-`warmup_lr(step, warmup, max_lr)` returns the learning rate of one step (counted from 0): it rises
-linearly over the first `warmup` steps, starting above 0, reaches `max_lr` at step `warmup - 1`
-and stays there.
+`train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed)` trains
+`model` for `steps` steps on random windows of the 1-D id tensor `tokens` and returns the list of
+the `steps` losses. Each step, in order: the learning rate of the warmup + cosine schedule on
+every parameter group, a batch idx, labels [B, T] drawn with one generator seeded `seed`, the
+forward pass with the loss, zero_grad, backward, clipping of the global gradient norm, step. It
+must give the losses and the final weights of `gptlib.train.train` with the same settings.
 
-`decay_groups(model, weight_decay)` returns the two AdamW parameter groups: every parameter with
-two or more dimensions (matrices, embedding tables) with `weight_decay`, every 1-D one (norm
-gains, biases) with 0.0, each Parameter exactly once even when it is shared (a tied embedding).
+`validation_loss(model, tokens, batch_size, n_batches, seed)`, what `gptlib.train.estimate_loss`
+does, returns the mean loss over `n_batches` batches of windows drawn with a generator seeded
+`seed`: in eval mode (dropout off), without building a graph, and with the model's mode (train
+or eval) as it was before the call.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
 
 from gptlib.config import textbook
-from gptlib.exercises.checking import CheckResult, compare
+from gptlib.data import sample_batch
+from gptlib.exercises.checking import CheckResult, not_written, solved_by
 from gptlib.model import GPT
+from gptlib.train import estimate_loss, learning_rate, make_optimizer, train
 
 __all__ = [
-    "check_decay_groups",
-    "check_warmup_lr",
-    "solution_decay_groups",
-    "solution_warmup_lr",
+    "check_validation_loss",
+    "check_train_loop",
+    "solution_validation_loss",
+    "solution_train_loop",
 ]
 
 
 # ---------------------------------------------------------------------------------------------
-# Warmup
+# The training loop
 
 
-def solution_warmup_lr(step: int, warmup: int, max_lr: float) -> float:
-    if step < warmup:
-        # step + 1: the first update already moves the weights; step 0 with lr 0 would be wasted.
-        return max_lr * (step + 1) / warmup
-    return max_lr
+def solution_train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+    g = torch.Generator().manual_seed(seed)  # one generator, made once: train()'s batches
+    T = model.cfg.block_size
+    model.train()  # dropout on, whatever mode the model arrived in
+    losses = []
+    for step in range(steps):
+        lr = learning_rate(step, max_lr, warmup, steps, "cosine")  # warmup, then half a cosine
+        for group in optimizer.param_groups:  # AdamW reads the rate from each group
+            group["lr"] = lr
+        idx, labels = sample_batch(tokens, batch_size, T, g)  # [B, T] twice: the same windows
+        _, loss = model(idx, labels)  # logits [B, T, V]; the one-token shift is inside the loss
+        optimizer.zero_grad(set_to_none=True)  # backward adds: drop the last step's gradients
+        loss.backward()  # p.grad for every parameter
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)  # after backward, before step
+        optimizer.step()  # the only line that moves the weights
+        losses.append(loss.item())
+    return losses
 
 
-def _starts_at_zero(step, warmup, max_lr):
-    return max_lr * step / warmup if step < warmup else max_lr
+def _loop(
+    model,
+    optimizer,
+    tokens,
+    steps,
+    batch_size,
+    max_lr,
+    warmup,
+    clip,
+    seed,
+    *,
+    order=("zero_grad", "backward", "clip", "step"),
+    train_mode=True,
+    lr="cosine",
+    generator="once",
+    shift_again=False,
+    clip_each=False,
+):
+    """The training loop with one thing done wrong, to build the named mistakes from."""
+    g = torch.Generator().manual_seed(seed)
+    T = model.cfg.block_size
+    if train_mode:
+        model.train()
+    losses = []
+    for step in range(steps):
+        if lr is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, max_lr, warmup, steps, lr)
+        if generator == "every step":
+            g = torch.Generator().manual_seed(seed)
+        idx, labels = sample_batch(tokens, batch_size, T, None if generator == "global" else g)
+        if shift_again:
+            _, loss = model(idx[:, :-1], labels[:, 1:])
+        else:
+            _, loss = model(idx, labels)
+        for action in order:
+            if action == "zero_grad":
+                optimizer.zero_grad(set_to_none=True)
+            elif action == "backward":
+                loss.backward()
+            elif action == "clip" and clip_each:
+                for p in model.parameters():
+                    torch.nn.utils.clip_grad_norm_(p, clip)
+            elif action == "clip":
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            elif action == "step":
+                optimizer.step()
+        losses.append(loss.item())
+    return losses
 
 
-def _one_step_too_long(step, warmup, max_lr):
-    return max_lr * (step + 1) / warmup if step <= warmup else max_lr
+def _no_zero_grad(*args):
+    return _loop(*args, order=("backward", "clip", "step"))
 
 
-def _never_levels_off(step, warmup, max_lr):
-    return max_lr * (step + 1) / warmup
+def _zero_grad_after_backward(*args):
+    return _loop(*args, order=("backward", "zero_grad", "clip", "step"))
 
 
-def _ramp_too_slow(step, warmup, max_lr):
-    return max_lr * (step + 1) / (warmup + 1) if step < warmup else max_lr
+def _step_before_backward(*args):
+    return _loop(*args, order=("step", "zero_grad", "backward", "clip"))
 
 
-def _no_warmup(step, warmup, max_lr):
-    return max_lr
+def _no_clip(*args):
+    return _loop(*args, order=("zero_grad", "backward", "step"))
 
 
-WARMUP_MISTAKES = [
+def _clip_after_step(*args):
+    return _loop(*args, order=("zero_grad", "backward", "step", "clip"))
+
+
+def _clip_each_parameter(*args):
+    return _loop(*args, clip_each=True)
+
+
+def _lr_never_set(*args):
+    return _loop(*args, lr=None)
+
+
+def _lr_without_cosine(*args):
+    return _loop(*args, lr="constant")
+
+
+def _generator_every_step(*args):
+    return _loop(*args, generator="every step")
+
+
+def _global_generator(*args):
+    return _loop(*args, generator="global")
+
+
+def _labels_shifted_twice(*args):
+    return _loop(*args, shift_again=True)
+
+
+def _left_in_eval_mode(*args):
+    return _loop(*args, train_mode=False)
+
+
+LOOP_MISTAKES = [
     (
-        "step 0 gets learning rate 0, so the first update does nothing; count the steps from 1 "
-        "in the ramp: max_lr * (step + 1) / warmup",
-        _starts_at_zero,
+        "without zero_grad the gradients of every step add up, so each update follows the sum of "
+        "all the batches so far; call optimizer.zero_grad(set_to_none=True) once per step, "
+        "before loss.backward()",
+        _no_zero_grad,
     ),
     (
-        "at step == warmup the learning rate goes above max_lr: the ramp covers steps "
-        "0..warmup-1, so test step < warmup, not step <= warmup",
-        _one_step_too_long,
+        "the weights never moved: optimizer.step() found no gradients, because zero_grad ran "
+        "between loss.backward() and the step; zero the gradients before backward (or after "
+        "the step), never between the two",
+        _zero_grad_after_backward,
     ),
     (
-        "the learning rate keeps rising after the warmup; from step `warmup` on it stays at max_lr",
-        _never_levels_off,
+        "every update uses the gradient of the previous batch: optimizer.step() runs before "
+        "loss.backward(); the order is zero_grad, backward, clip, step",
+        _step_before_backward,
     ),
     (
-        "the ramp is one step too slow (it divides by warmup + 1), so it never reaches max_lr "
-        "before jumping to it; at step warmup - 1 it should already be max_lr",
-        _ramp_too_slow,
+        "the gradient is not clipped before the update: clip_grad_norm_ is missing, or comes "
+        "after optimizer.step(), when the update is already made (and the next zero_grad throws "
+        "the clipped gradients away); clip between loss.backward() and optimizer.step()",
+        _no_clip,
     ),
     (
-        "there is no warmup: the learning rate should rise linearly over the first `warmup` steps",
-        _no_warmup,
+        "each parameter's gradient was clipped on its own; clipping uses the one global norm of "
+        "all gradients together: clip_grad_norm_(model.parameters(), clip) in one call",
+        _clip_each_parameter,
+    ),
+    (
+        "the learning rate never changes: set group['lr'] = learning_rate(step, max_lr, warmup, "
+        "steps, 'cosine') on every group of optimizer.param_groups at the start of each step",
+        _lr_never_set,
+    ),
+    (
+        "after the warmup the learning rate stays at max_lr; train() here lets it fall along a "
+        "cosine: learning_rate(step, max_lr, warmup, steps, 'cosine')",
+        _lr_without_cosine,
+    ),
+    (
+        "every step trained on the same batch: the generator is seeded again inside the loop; "
+        "make g = torch.Generator().manual_seed(seed) once, before the loop",
+        _generator_every_step,
+    ),
+    (
+        "the batches come from torch's global random stream (sample_batch without a generator), "
+        "not from train()'s generator; pass g = torch.Generator().manual_seed(seed) to "
+        "sample_batch",
+        _global_generator,
+    ),
+    (
+        "the labels were shifted twice: model(idx, labels) already compares position t with "
+        "labels[t + 1]; pass the two windows from sample_batch unchanged",
+        _labels_shifted_twice,
+    ),
+    (
+        "dropout stayed off: the model arrived in eval mode and was trained in it; call "
+        "model.train() before the loop, as train() does",
+        _left_in_eval_mode,
     ),
 ]
 
-
-def _over_steps(fn: Callable) -> Callable:
-    """Turn a one-step function into one over a list of steps, giving a tensor to compare."""
-
-    def run(steps: list[int], warmup: int, max_lr: float) -> torch.Tensor:
-        return torch.tensor([float(fn(s, warmup, max_lr)) for s in steps], dtype=torch.float64)
-
-    return run
+# Clipping at 0.2 acts on every step; warmup 2 of 6 steps leaves 4 for the cosine; dropout 0.1
+# tells train mode from eval mode; a learning rate of 1e-2 makes each slip move the weights far.
+LOOP_SETTINGS = {"steps": 6, "batch_size": 4, "max_lr": 1e-2, "warmup": 2, "clip": 0.2}
+LOOP_SEEDS = (3, 11)
 
 
-def _warmup_inputs(g: torch.Generator) -> tuple:
-    warmup = int(torch.randint(3, 40, (1,), generator=g))
-    max_lr = float(10 ** (-4 + 2 * torch.rand(1, generator=g)))  # 1e-4 .. 1e-2
-    # Every step of the ramp, the boundary, and a few steps long after it.
-    later = torch.randint(warmup + 1, 10 * warmup, (4,), generator=g).tolist()
-    return list(range(warmup + 2)) + later, warmup, max_lr
-
-
-def check_warmup_lr(warmup_lr: Callable) -> CheckResult:
-    """Run `warmup_lr(step, warmup, max_lr)` over the ramp, its end and later steps."""
-    return compare(
-        "warmup_lr",
-        _over_steps(warmup_lr),
-        _over_steps(solution_warmup_lr),
-        _warmup_inputs,
-        mistakes=[(hint, _over_steps(fn)) for hint, fn in WARMUP_MISTAKES],
-        atol=0.0,
-        rtol=1e-9,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Parameter groups
-
-
-def solution_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    decay, no_decay = [], []
-    # named_parameters() yields a shared (tied) Parameter once, so it is optimised once.
-    for _, p in model.named_parameters():
-        # >= 2-D: matrices and embedding tables; 1-D: norm gains and biases, which decay would
-        # pull towards 0 and so squash the scale the norm is there to restore.
-        (decay if p.dim() >= 2 else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
-def _by_name(model, weight_decay):
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (decay if "weight" in name else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
-def _tied_twice(model, weight_decay):
-    decay, no_decay = [], []
-    # Walking module by module lists the tied table under tok_emb and again under lm_head.
-    for module in model.modules():
-        for p in module.parameters(recurse=False):
-            (decay if p.dim() >= 2 else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
-def _everything_decays(model, weight_decay):
-    return [{"params": list(model.parameters()), "weight_decay": weight_decay}]
-
-
-def _embeddings_spared(model, weight_decay):
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (decay if p.dim() >= 2 and "emb" not in name else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
-def _swapped(model, weight_decay):
-    groups = solution_decay_groups(model, weight_decay)
-    return [
-        {"params": groups[1]["params"], "weight_decay": weight_decay},
-        {"params": groups[0]["params"], "weight_decay": 0.0},
-    ]
-
-
-DECAY_MISTAKES = [
-    (
-        "the tied embedding table is in the groups twice (as tok_emb.weight and as "
-        "lm_head.weight), so AdamW would update it twice per step; collect the parameters with "
-        "model.named_parameters(), which yields a shared Parameter once",
-        _tied_twice,
-    ),
-    (
-        "norm gains are called 'weight' too, and they got weight decay: choose the group by "
-        "shape (p.ndim >= 2), not by name",
-        _by_name,
-    ),
-    (
-        "every parameter is decayed, the 1-D norm gains and biases too; put the 1-D ones in a "
-        "second group with weight_decay 0.0",
-        _everything_decays,
-    ),
-    (
-        "the embedding tables are 2-D and decay too in this recipe; only 1-D parameters are spared",
-        _embeddings_spared,
-    ),
-    (
-        "the groups are swapped: the >= 2-D parameters get weight_decay, the 1-D ones get 0.0",
-        _swapped,
-    ),
-]
-
-
-# AdamW's own default for a group that does not name its weight decay.
-ADAMW_DEFAULT_DECAY = 0.01
-
-
-def _summarise(fn: Callable) -> Callable:
-    """Describe the groups as tensors: per unique parameter of the model, how often it occurs in
-    a decaying group and in a non-decaying one, and the total weight decay it is given."""
-
-    def run(model: GPT, weight_decay: float) -> tuple[torch.Tensor, torch.Tensor]:
-        params = list(model.parameters())  # each shared Parameter once
-        where = {id(p): i for i, p in enumerate(params)}
-        counts = torch.zeros(len(params), 2)  # [P, 2]: in a decaying group, in a non-decaying one
-        decay = torch.zeros(len(params), dtype=torch.float64)  # [P]
-        for group in fn(model, weight_decay):
-            wd = float(group.get("weight_decay", ADAMW_DEFAULT_DECAY))
-            group_params = group["params"]
-            if isinstance(group_params, torch.Tensor):
-                group_params = [group_params]
-            for p in group_params:
-                if id(p) not in where:
-                    raise ValueError("a group holds a tensor that is not one of model.parameters()")
-                counts[where[id(p)], 0 if wd > 0 else 1] += 1
-                decay[where[id(p)]] += wd
-        return counts, decay
-
-    return run
-
-
-def _decay_inputs(g: torch.Generator) -> tuple:
-    pick = torch.randint(0, 2, (3,), generator=g).tolist()
-    cfg = textbook(
-        vocab_size=int(torch.randint(7, 15, (1,), generator=g)),
-        block_size=4,
-        n_layer=1 + pick[0],
-        n_head=2,
-        n_embd=8,
-        norm=("layernorm", "rmsnorm")[pick[1]],
-        bias=bool(pick[2]),
-        tie_embeddings=True,  # the case where a careless list holds one table twice
-    )
-    with torch.random.fork_rng():  # building a model must not move the notebook's random stream
+def _loop_setup(seed: int) -> tuple[GPT, torch.Tensor]:
+    """A tiny dropout model (handed over in eval mode) and a random stream of ids."""
+    g = torch.Generator().manual_seed(100 + seed)
+    cfg = textbook(11, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.1)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
         model = GPT(cfg)
-    weight_decay = (0.05, 0.1, 0.2)[int(torch.randint(0, 3, (1,), generator=g))]
-    return model, weight_decay
+    model.eval()
+    tokens = torch.randint(0, cfg.vocab_size, (300,), generator=g)
+    return model, tokens
 
 
-def check_decay_groups(decay_groups: Callable) -> CheckResult:
-    """Run `decay_groups(model, weight_decay)` on small tied GPTs (LayerNorm or RMSNorm, with or
-    without biases) and compare which parameters decay, how often each is listed, and by how
-    much it decays."""
-    return compare(
-        "decay_groups",
-        _summarise(decay_groups),
-        _summarise(solution_decay_groups),
-        _decay_inputs,
-        mistakes=[(hint, _summarise(fn)) for hint, fn in DECAY_MISTAKES],
+def _run_loop(fn: Callable, model: GPT, tokens: torch.Tensor, seed: int, *, library=False):
+    """Run a loop on a copy of `model` with its own optimizer; dropout draws from a global stream
+    seeded the same way for every run, and the caller's stream is left as it was."""
+    model = copy.deepcopy(model)
+    s = LOOP_SETTINGS
+    optimizer = make_optimizer(model, lr=s["max_lr"], weight_decay=0.1)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        if library:
+            history = train(
+                model,
+                tokens,
+                s["steps"],
+                s["batch_size"],
+                val_tokens=None,
+                max_lr=s["max_lr"],
+                warmup=s["warmup"],
+                schedule="cosine",
+                min_lr=0.0,
+                clip=s["clip"],
+                weight_decay=0.1,
+                seed=seed,
+                optimizer=optimizer,
+            )
+            losses = history.loss
+        else:
+            args = (s["steps"], s["batch_size"], s["max_lr"], s["warmup"], s["clip"], seed)
+            losses = fn(model, optimizer, tokens, *args)
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return losses, weights
+
+
+def _as_losses(losses) -> torch.Tensor:
+    # loss.item() floats, or the loss tensors themselves
+    values = [x.item() if isinstance(x, torch.Tensor) else float(x) for x in losses]
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def _same(a: tuple, b: tuple, atol: float = 1e-6) -> bool:
+    (la, wa), (lb, wb) = a, b
+    return (
+        la.shape == lb.shape
+        and torch.allclose(la, lb, atol=atol, rtol=0.0)
+        and torch.allclose(wa.double(), wb.double(), atol=atol, rtol=0.0)
+    )
+
+
+@solved_by(solution_train_loop)
+def check_train_loop(train_loop: Callable) -> CheckResult:
+    """Run `train_loop` and `gptlib.train.train` from the same initial weights and seed on a tiny
+    dropout model, and compare the losses step by step and the final weights (to 1e-6)."""
+    name = "train_loop"
+    steps = LOOP_SETTINGS["steps"]
+    for seed in LOOP_SEEDS:
+        model, tokens = _loop_setup(seed)
+        losses, weights = _run_loop(None, model, tokens, seed, library=True)
+        expected = (_as_losses(losses), weights)
+        try:
+            got_losses, got_weights = _run_loop(train_loop, model, tokens, seed)
+        except NotImplementedError:
+            return not_written(name)
+        except Exception as e:  # the reader's code failed: say how
+            return CheckResult(False, f"✗ {name}: your function raised {type(e).__name__}: {e}")
+        try:
+            got = (_as_losses(got_losses), got_weights)
+        except (TypeError, ValueError, RuntimeError):
+            return CheckResult(
+                False, f"✗ {name}: return a list of the {steps} losses as numbers (loss.item())"
+            )
+        if len(got[0]) != steps:
+            return CheckResult(
+                False,
+                f"✗ {name}: returned {len(got[0])} losses for {steps} steps; append "
+                "loss.item() once per step",
+            )
+        if _same(got, expected):
+            continue
+        for hint, wrong_fn in LOOP_MISTAKES:
+            wrong_losses, wrong_weights = _run_loop(wrong_fn, model, tokens, seed)
+            if _same(got, (_as_losses(wrong_losses), wrong_weights)):
+                return CheckResult(False, f"✗ {name}: {hint}")
+        differs = (got[0] - expected[0]).abs() > 1e-6
+        if bool(differs[0]):
+            return CheckResult(
+                False,
+                f"✗ {name}: the loss of step 0 is already {got[0][0]:.4f}, train() has "
+                f"{expected[0][0]:.4f}; before any update the two runs must agree, so look at the "
+                "batch (sample_batch with one generator seeded `seed`) and the forward pass "
+                "(train mode, model(idx, labels))",
+            )
+        if bool(differs.any()):
+            k = int(differs.nonzero()[0])
+            return CheckResult(
+                False,
+                f"✗ {name}: the losses agree up to step {k - 1} and part at step {k} "
+                f"({got[0][k]:.4f}, train() has {expected[0][k]:.4f}): the batches and the "
+                "forward pass are right, the update is not; look at the learning rate and the "
+                "order zero_grad, backward, clip, step",
+            )
+        diff = float((got[1] - expected[1]).abs().max())
+        return CheckResult(
+            False,
+            f"✗ {name}: the losses match but the final weights differ (by up to {diff:.3g}): "
+            "the last update is not train()'s; look at the last step's learning rate, the clip "
+            "and optimizer.step()",
+        )
+    return CheckResult(
+        True,
+        f"✓ {name}: the same {steps} losses and the same final weights as gptlib.train.train, "
+        f"from {len(LOOP_SEEDS)} seeds",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The validation loss
+
+
+def solution_validation_loss(model, tokens, batch_size, n_batches, seed):
+    was_training = model.training  # give the model back in the mode it came in
+    model.eval()  # dropout off: the same windows give the same loss on every call
+    g = torch.Generator().manual_seed(seed)  # the same windows on every call
+    T = model.cfg.block_size
+    total = 0.0
+    with torch.no_grad():  # nothing here is backpropagated: build no graph
+        for _ in range(n_batches):
+            idx, labels = sample_batch(tokens, batch_size, T, g)  # [B, T] twice
+            total += model(idx, labels)[1].item()
+    model.train(was_training)
+    return total / n_batches
+
+
+def _estimate(
+    model,
+    tokens,
+    batch_size,
+    n_batches,
+    seed,
+    *,
+    evaluate=True,
+    restore="as it was",
+    no_grad=True,
+    generator="once",
+):
+    """The validation loss with one thing done wrong, to build the named mistakes from."""
+    was_training = model.training
+    if evaluate:
+        model.eval()
+    g = torch.Generator().manual_seed(seed)
+    T = model.cfg.block_size
+    total = 0.0
+    with torch.set_grad_enabled(not no_grad):
+        for _ in range(n_batches):
+            if generator == "every batch":
+                g = torch.Generator().manual_seed(seed)
+            idx, labels = sample_batch(tokens, batch_size, T, None if generator == "global" else g)
+            total += model(idx, labels)[1].item()
+    if restore == "as it was":
+        model.train(was_training)
+    elif restore == "train":
+        model.train()
+    return total / n_batches
+
+
+def _dropout_on(*args):
+    return _estimate(*args, evaluate=False)
+
+
+def _mode_not_restored(*args):
+    return _estimate(*args, restore=None)
+
+
+def _always_back_to_train(*args):
+    return _estimate(*args, restore="train")
+
+
+def _graph_built(*args):
+    return _estimate(*args, no_grad=False)
+
+
+def _windows_from_global_stream(*args):
+    return _estimate(*args, generator="global")
+
+
+def _same_window_every_batch(*args):
+    return _estimate(*args, generator="every batch")
+
+
+ESTIMATE_MISTAKES = [
+    (
+        "dropout was on while measuring, so the loss changes from call to call; switch to "
+        "model.eval() before the forward passes",
+        _dropout_on,
+    ),
+    (
+        "the model came in training and went back in eval mode, so the training that follows "
+        "runs without dropout; remember was_training = model.training and end with "
+        "model.train(was_training)",
+        _mode_not_restored,
+    ),
+    (
+        "a model that came in eval mode went back in train mode; restore the mode it came in "
+        "(model.train(was_training)), not always model.train()",
+        _always_back_to_train,
+    ),
+    (
+        "the forward passes built a graph for backward that nobody calls, which costs memory "
+        "and time; run them under torch.no_grad()",
+        _graph_built,
+    ),
+    (
+        "the windows come from torch's global random stream, so each call measures other "
+        "windows; draw them with g = torch.Generator().manual_seed(seed)",
+        _windows_from_global_stream,
+    ),
+    (
+        "every batch is the same set of windows: the generator is seeded again inside the loop; "
+        "make it once, before the loop",
+        _same_window_every_batch,
+    ),
+]
+
+ESTIMATE_SETTINGS = {"batch_size": 4, "n_batches": 3, "seed": 7}
+
+
+def _estimate_setup() -> tuple[GPT, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    cfg = textbook(11, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.3)
+    with torch.random.fork_rng():
+        torch.manual_seed(5)
+        model = GPT(cfg)
+    return model, torch.randint(0, cfg.vocab_size, (300,), generator=g)
+
+
+def _summarise(fn: Callable, model: GPT, tokens: torch.Tensor) -> torch.Tensor:
+    """What a validation loss should get right, as numbers: the loss from a model in train mode
+    and from one in eval mode, the mode each is left in (1 = train), and whether a forward pass
+    ran with gradients enabled (1 = a graph was built)."""
+    s = ESTIMATE_SETTINGS
+    graph = []
+    row = []
+    for mode in (True, False):
+        m = copy.deepcopy(model).train(mode)
+        m.register_forward_pre_hook(lambda *_: graph.append(torch.is_grad_enabled()))
+        with torch.random.fork_rng():
+            torch.manual_seed(0)  # the same dropout draws for every run
+            value = float(fn(m, tokens, s["batch_size"], s["n_batches"], s["seed"]))
+        row += [value, float(m.training)]
+    return torch.tensor([*row, float(any(graph))], dtype=torch.float64)
+
+
+@solved_by(solution_validation_loss)
+def check_validation_loss(validation_loss: Callable) -> CheckResult:
+    """Run `validation_loss(model, tokens, batch_size, n_batches, seed)` on a tiny dropout model,
+    coming in train mode and in eval mode, against `gptlib.train.estimate_loss`."""
+    name = "validation_loss"
+    model, tokens = _estimate_setup()
+    s = ESTIMATE_SETTINGS
+
+    def library(m, t, b, n, seed):
+        return estimate_loss(m, t, batch_size=b, n_batches=n, seed=seed)
+
+    expected = _summarise(library, model, tokens)
+    try:
+        got = _summarise(validation_loss, model, tokens)
+    except NotImplementedError:
+        return not_written(name)
+    except Exception as e:  # the reader's code failed: say how
+        return CheckResult(False, f"✗ {name}: your function raised {type(e).__name__}: {e}")
+    if torch.allclose(got, expected, atol=1e-6, rtol=0.0):
+        return CheckResult(
+            True,
+            f"✓ {name}: {got[0]:.4f}, the loss of gptlib.train.estimate_loss on {s['n_batches']} "
+            "batches, no graph, and the model left in the mode it came in",
+        )
+    for hint, wrong_fn in ESTIMATE_MISTAKES:
+        if torch.allclose(got, _summarise(wrong_fn, model, tokens), atol=1e-6, rtol=0.0):
+            return CheckResult(False, f"✗ {name}: {hint}")
+    # Not one known slip: name the first part that is off.
+    if got[4] != expected[4]:
+        return CheckResult(False, f"✗ {name}: {ESTIMATE_MISTAKES[3][0]}")
+    if got[1] != expected[1] or got[3] != expected[3]:
+        return CheckResult(
+            False, f"✗ {name}: leave the model in the mode it came in: model.train(was_training)"
+        )
+    return CheckResult(
+        False,
+        f"✗ {name}: the loss is {got[2]:.4f}, gptlib.train.estimate_loss gives {expected[2]:.4f} "
+        "on the same model in eval mode; average loss.item() over n_batches batches of "
+        "sample_batch(tokens, batch_size, T, g)",
     )

@@ -19,7 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 FIGSIZE = (6.0, 3.6)  # one compact size for every single-panel figure in the course
-PANEL = 1.7  # inches per panel in a grid of attention maps
+PANEL = 2.4  # inches per panel in a grid of attention maps
 MAX_GRID_COLUMNS = 4  # a single row of more heads than this wraps onto several rows
 HIGHLIGHT = "tab:orange"
 PLAIN = "tab:blue"
@@ -78,12 +78,39 @@ def _attention_cmap():
     return plt.get_cmap("viridis").with_extremes(bad="white")  # NaN = masked future: empty paper
 
 
-def _draw_attention(ax: Axes, weights: np.ndarray, labels: list[str], xticks=True, yticks=True):
+def position_labels(tokens: Sequence[str], bos: str | None = ".") -> list[str]:
+    """Tick labels that tell repeated letters apart and make the start symbol visible:
+    '.olivia' -> ['BOS 0', 'o 1', 'l 2', 'i 3', 'v 4', 'i 5', 'a 6']."""
+    return [f"{'BOS' if bos is not None and t == bos else t} {i}" for i, t in enumerate(tokens)]
+
+
+TICK_FONT = {"family": "DejaVu Sans Mono", "size": 9}  # monospace: l, i and | look different
+ANNOTATE_UP_TO = 10  # maps with at most this many positions print each weight in its cell
+
+
+def _draw_attention(
+    ax: Axes, weights: np.ndarray, labels: list[str], xticks=True, yticks=True, annotate=False
+):
     n = weights.shape[-1]
     im = ax.imshow(weights, cmap=_attention_cmap(), vmin=0.0, vmax=1.0, interpolation="nearest")
-    ax.set_xticks(range(n), labels if xticks else [""] * n, fontsize=8)
-    ax.set_yticks(range(n), labels if yticks else [""] * n, fontsize=8)
+    ax.set_xticks(range(n), labels if xticks else [""] * n, fontdict=TICK_FONT, rotation=90)
+    ax.set_yticks(range(n), labels if yticks else [""] * n, fontdict=TICK_FONT)
     ax.tick_params(length=0)
+    if annotate and n <= ANNOTATE_UP_TO:
+        for i in range(n):
+            for j in range(n):
+                if np.isnan(weights[i, j]):
+                    continue  # the masked future stays empty
+                colour = "black" if weights[i, j] > 0.6 else "white"  # readable on viridis
+                ax.text(
+                    j,
+                    i,
+                    f"{weights[i, j]:.2f}"[1:] if weights[i, j] < 1 else "1",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color=colour,
+                )
     return im
 
 
@@ -91,19 +118,20 @@ def _one_map(weights, tokens, caller: str) -> tuple[np.ndarray, list[str]]:
     w = _array(weights)
     if w.ndim != 2 or w.shape[0] != w.shape[1]:
         raise ValueError(f"{caller} wants one [n, n] map, got shape {tuple(w.shape)}")
-    return w, _labels(tokens, w.shape[0])
+    return w, position_labels(_labels(tokens, w.shape[0]))
 
 
 def plot_attention(weights, tokens, title: str | None = None, ax: Axes | None = None) -> Figure:
     """One attention map. weights: [n, n], row = query position, column = key position;
-    tokens: str or list of n symbols labelling both axes."""
+    tokens: str or list of n symbols labelling both axes, shown with their positions ('i 3').
+    Maps of up to 10 positions print each weight in its cell."""
     w, labels = _one_map(weights, tokens, "plot_attention")
     if ax is None:
-        fig, axes = _new_figure(figsize=(4.6, 3.8))
+        fig, axes = _new_figure(figsize=(5.8, 5.0))
         ax = axes[0, 0]
     else:
         fig = ax.figure
-    im = _draw_attention(ax, masked_future(w), labels)
+    im = _draw_attention(ax, masked_future(w), labels, annotate=True)
     ax.set_xlabel("key: the token looked at")
     ax.set_ylabel("query: the token looking")
     ax.set_title(title or "Attention weights (white = masked future)")
@@ -141,7 +169,7 @@ def plot_attention_grid(
     if w.ndim != 4 or w.shape[-1] != w.shape[-2]:
         raise ValueError(f"plot_attention_grid wants [h, n, n] or [L, h, n, n], got {w.shape}")
     L, h, n, _ = w.shape
-    labels = _labels(tokens, n)
+    labels = position_labels(_labels(tokens, n))
     if layer_names is not None and len(layer_names) != L:
         raise ValueError(f"got {len(layer_names)} layer names for {L} layers")
     # Panels in reading order: layer by layer, head by head.
@@ -489,4 +517,39 @@ def plot_embeddings_2d(weight, labels: Sequence[str], title: str | None = None) 
     ax.set_ylabel(f"direction 2 ({share[1]:.0%} of the spread)")
     ax.set_title(title or f"Embedding table [{w.size(0)}, {w.size(1)}] projected to 2-D (PCA)")
     ax.grid(alpha=0.3)
+    return fig
+
+
+BASELINE_COLORS = ("tab:green", "tab:red", "tab:purple", "tab:brown")
+
+
+def plot_ladder(
+    names: Sequence[str],
+    losses,
+    baselines: Mapping[str, float] | None = None,
+    title: str = "What each piece buys",
+) -> Figure:
+    """One loss per rung of a ladder of models, left to right as pieces are added, each point
+    labelled with its value; baselines (label -> loss) are dashed lines, each its own colour."""
+    values = _array(losses)
+    if values.ndim != 1 or len(names) != len(values):
+        raise ValueError(f"got {len(names)} names for losses of shape {values.shape}")
+    if len(baselines or {}) > len(BASELINE_COLORS):
+        raise ValueError(f"at most {len(BASELINE_COLORS)} baselines, got {len(baselines)}")
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    xs = np.arange(len(values))
+    ax.plot(xs, values, "o-", color=PLAIN, label="validation loss")
+    for x, v in zip(xs, values, strict=True):
+        ax.annotate(
+            f"{v:.2f}", (x, v), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=8
+        )
+    for (label, y), color in zip((baselines or {}).items(), BASELINE_COLORS, strict=False):
+        ax.axhline(float(y), linestyle="--", color=color, linewidth=1, label=f"{label}: {y:.2f}")
+    ax.set_xticks(xs, [str(n) for n in names], fontsize=8)
+    ax.set_xlabel("pieces added, left to right")
+    ax.set_ylabel("validation loss (nats per token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return fig

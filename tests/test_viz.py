@@ -49,6 +49,9 @@ def _image(ax) -> np.ndarray:
     return np.ma.filled(ax.images[0].get_array().astype(float), np.nan)
 
 
+EMMA_TICKS = ["BOS 0", "e 1", "m 2", "m 3", "a 4", "BOS 5"]
+
+
 def _ticks(labels) -> list[str]:
     return [t.get_text() for t in labels]
 
@@ -67,13 +70,28 @@ def test_attention_map_masks_future_and_labels_tokens(maps):
     expected = w.double().numpy().copy()
     expected[np.triu_indices(6, k=1)] = np.nan  # the causal zeros are drawn empty
     np.testing.assert_array_equal(_image(ax), expected)
-    assert _ticks(ax.get_xticklabels()) == list(".emma.")
-    assert _ticks(ax.get_yticklabels()) == list(".emma.")
+    assert _ticks(ax.get_xticklabels()) == EMMA_TICKS
+    assert _ticks(ax.get_yticklabels()) == EMMA_TICKS
     assert ax.get_title() == "layer 0, head 1"
     assert ax.get_xlabel().startswith("key") and ax.get_ylabel().startswith("query")
     assert len(fig.axes) == 2 and "attention weight" in fig.axes[1].get_ylabel()  # colour bar
     assert ax.images[0].get_clim() == (0.0, 1.0)
     assert to_hex(ax.images[0].get_cmap().get_bad()) == "#ffffff"
+    # Each visible weight is printed in its cell (6 positions: 21 cells on or below the diagonal).
+    printed = [t.get_text() for t in ax.texts]
+    assert len(printed) == 21
+    assert printed[0] == ("1" if w[0, 0] >= 1 else f"{float(w[0, 0]):.2f}"[1:])
+
+
+def test_position_labels_tell_repeats_apart():
+    assert viz.position_labels(".olivia") == ["BOS 0", "o 1", "l 2", "i 3", "v 4", "i 5", "a 6"]
+    assert viz.position_labels("ab", bos=None) == ["a 0", "b 1"]
+
+
+def test_large_maps_print_no_numbers():
+    w = torch.tril(torch.ones(12, 12)) / torch.arange(1, 13)[:, None]
+    fig = viz.plot_attention(w, "abcdefghijkl")
+    assert len(fig.axes[0].texts) == 0
 
 
 def test_attention_map_keeps_nonzero_future_and_draws_into_given_axes():
@@ -93,7 +111,7 @@ def test_attention_panel_is_one_small_map_and_becomes_png(maps):
     ax = fig.axes[0]
     np.testing.assert_array_equal(_image(ax), viz.masked_future(maps[1, 2]))
     assert ax.get_title() == "layer 1, head 2" and ax.images[0].get_clim() == (0.0, 1.0)
-    assert _ticks(ax.get_xticklabels()) == list(".emma.")
+    assert _ticks(ax.get_xticklabels()) == EMMA_TICKS
     png = viz.figure_png(fig, dpi=50)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
@@ -110,8 +128,8 @@ def test_attention_grid_layers_by_heads(maps):
         layer, head = divmod(i, 4)
         np.testing.assert_array_equal(_image(ax), viz.masked_future(maps[layer, head]))
         assert ax.get_title() == f"L{layer}, head {head}"
-    assert _ticks(panels[-1].get_xticklabels()) == list(".emma.")
-    assert _ticks(panels[0].get_yticklabels()) == list(".emma.")
+    assert _ticks(panels[-1].get_xticklabels()) == EMMA_TICKS
+    assert _ticks(panels[0].get_yticklabels()) == EMMA_TICKS
     assert fig._suptitle.get_text() == "all heads"
 
 
@@ -294,6 +312,23 @@ def test_pca_matches_the_covariance_eigenvectors():
         and "direction 1" in ax.get_xlabel()
         and "direction 2" in ax.get_ylabel()
     )
+
+
+def test_plot_ladder_points_labels_and_distinct_baselines():
+    names = ["bigram", "one head", "+ MLP"]
+    fig = viz.plot_ladder(names, torch.tensor([2.4, 2.3, 2.1]), {"count bigram": 2.38, "ln V": 3.3})
+    _not_in_pyplot(fig)
+    ax = fig.axes[0]
+    points, *baselines = ax.lines
+    np.testing.assert_allclose(points.get_ydata(), [2.4, 2.3, 2.1])
+    assert [t.get_text() for t in ax.texts] == ["2.40", "2.30", "2.10"]
+    assert _ticks(ax.get_xticklabels()) == names
+    assert [line.get_ydata()[0] for line in baselines] == [2.38, 3.3]
+    assert len({to_hex(line.get_color()) for line in ax.lines}) == 3  # all distinct
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["validation loss", "count bigram: 2.38", "ln V: 3.30"]
+    with pytest.raises(ValueError, match="got 2 names for losses of shape"):
+        viz.plot_ladder(names[:2], [1.0, 2.0, 3.0])
 
 
 def test_import_rules():

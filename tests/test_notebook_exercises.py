@@ -83,6 +83,8 @@ def test_exercises_are_stored_unsolved(notebook):
                 f"{notebook.name}: {name} is stored solved; store the stub (raise "
                 "NotImplementedError) and leave the solution to show_solution"
             )
+            if name not in _defined_functions([cell]):
+                continue  # a later cell that uses the stub (or falls back to the reference)
             assert NOT_WRITTEN in _output_text(cell), (
                 f"{notebook.name}: the stored output of the cell checking {name} is not the "
                 "'not written yet' line"
@@ -92,6 +94,11 @@ def test_exercises_are_stored_unsolved(notebook):
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_solution_is_printed(notebook):
     for cell in _code_cells(notebook):
-        assert "show_solution(" not in "".join(cell["source"]), (
-            f"{notebook.name}: a cell calls show_solution; leave it to the reader"
-        )
+        calls = [
+            node
+            for node in ast.walk(ast.parse("".join(cell["source"])))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "show_solution"
+        ]
+        assert not calls, f"{notebook.name}: a cell calls show_solution; leave it to the reader"

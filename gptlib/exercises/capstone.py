@@ -1,0 +1,1087 @@
+"""Chapter 12, the capstone: the whole microgpt forward pass, written from plain tensors.
+
+The reader writes six functions, each checked on its own on random inputs, then all together:
+
+- `embed(idx, tok_emb, pos_emb)`: ids [B, n], tables [V, d] and [T, d] -> x [B, n, d]
+- `rmsnorm(x, gain, eps=1e-5)`: x [B, n, d], gain [d] -> [B, n, d]
+- `attention(x, w_qkv, w_proj, n_head)`: x [B, n, d], w_qkv [3d, d], w_proj [d, d] ->
+  (output [B, n, d], weights [B, h, n, n])
+- `mlp(x, w_fc, w_proj)`: x [B, n, d], w_fc [4d, d], w_proj [d, 4d] -> [B, n, d] (ReLU)
+- `block(x, bw, n_head)`: one pre-norm block, bw a dict of that block's weights -> [B, n, d]
+- `forward(w, idx, n_head)`: the weights dict of `gpt_weights` and ids [B, n] -> logits [B, n, V]
+
+Every matrix keeps nn.Linear's [out, in] layout, so a layer computes x @ W.T.
+
+`check_gpt_forward` runs the reader's `forward` beside gptlib's `GPT` and compares them tensor by
+tensor. On gptlib's side forward hooks catch each module's output; on the reader's side a profile
+hook (`sys.setprofile`) catches what the reader's pieces return (the functions the reader's
+`forward` finds under the names embed, rmsnorm, attention, mlp and block). The first tensor that
+differs is named, with both shapes and, when the reader's piece equals a known slip, that slip.
+
+The reference solutions are the functions `embed` ... `forward` below, gathered in `reference`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from gptlib.checkpoint import load_asset
+from gptlib.data import sample_batch
+from gptlib.exercises.checking import CheckResult, _close, compare, not_written, solved_by
+from gptlib.model import GPT
+
+__all__ = [
+    "check_gpt_attention",
+    "check_gpt_block",
+    "check_gpt_embed",
+    "check_gpt_forward",
+    "check_gpt_mlp",
+    "check_gpt_rmsnorm",
+    "estimate_forward_loss",
+    "forward_with_pieces",
+    "gpt_weights",
+    "planted_slip",
+    "trace_forward",
+    "trace_gpt",
+]
+
+ASSET = "names-microgpt-h4.pt"
+PIECES = ("embed", "rmsnorm", "attention", "mlp", "block")
+
+# ---------------------------------------------------------------------------------------------
+# The reference solutions
+
+
+def embed(idx: torch.Tensor, tok_emb: torch.Tensor, pos_emb: torch.Tensor) -> torch.Tensor:
+    """idx [B, n] (n <= T), tok_emb [V, d], pos_emb [T, d] -> x [B, n, d]."""
+    n = idx.shape[1]
+    return tok_emb[idx] + pos_emb[:n]  # [B, n, d] + [n, d]: rows 0..n-1 of the position table
+
+
+def rmsnorm(x: torch.Tensor, gain: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """x [B, n, d], gain [d] -> x / sqrt(mean(x^2 over d) + eps) * gain, [B, n, d]."""
+    ms = x.pow(2).mean(dim=-1, keepdim=True)  # [B, n, 1]: one statistic per token
+    return x / torch.sqrt(ms + eps) * gain
+
+
+def attention(
+    x: torch.Tensor, w_qkv: torch.Tensor, w_proj: torch.Tensor, n_head: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal multi-head self-attention. x [B, n, d], w_qkv [3d, d], w_proj [d, d] ->
+    (output [B, n, d], attention weights [B, h, n, n])."""
+    B, n, d = x.shape
+    d_h = d // n_head
+    q, k, v = (x @ w_qkv.T).split(d, dim=-1)  # each [B, n, d], in the order q, k, v
+    q, k, v = (t.view(B, n, n_head, d_h).transpose(1, 2) for t in (q, k, v))  # [B, h, n, d_h]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_h)  # [B, h, n, n]: rows queries, cols keys
+    future = torch.triu(torch.ones(n, n, dtype=torch.bool, device=x.device), diagonal=1)
+    weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)  # rows sum to 1
+    y = (weights @ v).transpose(1, 2).reshape(B, n, d)  # heads side by side again: [B, n, d]
+    return y @ w_proj.T, weights
+
+
+def mlp(x: torch.Tensor, w_fc: torch.Tensor, w_proj: torch.Tensor) -> torch.Tensor:
+    """x [B, n, d], w_fc [4d, d], w_proj [d, 4d] -> relu(x @ w_fc.T) @ w_proj.T, [B, n, d]."""
+    return torch.relu(x @ w_fc.T) @ w_proj.T  # [B, n, 4d] in between
+
+
+def block(x: torch.Tensor, bw: dict, n_head: int) -> torch.Tensor:
+    """One pre-norm block: x + attention(norm(x)), then x + mlp(norm(x)). x [B, n, d]."""
+    a, _ = attention(rmsnorm(x, bw["ln1"]), bw["qkv"], bw["attn_proj"], n_head)
+    x = x + a  # the first residual path
+    return x + mlp(rmsnorm(x, bw["ln2"]), bw["fc"], bw["mlp_proj"])  # the second
+
+
+def forward(w: dict, idx: torch.Tensor, n_head: int) -> torch.Tensor:
+    """The weights of `gpt_weights` and ids [B, n] -> logits [B, n, V]."""
+    x = embed(idx, w["tok_emb"], w["pos_emb"])  # [B, n, d]
+    for bw in w["blocks"]:
+        x = block(x, bw, n_head)
+    return rmsnorm(x, w["ln_f"]) @ w["lm_head"].T  # [B, n, d] @ [d, V] -> [B, n, V]
+
+
+reference = types.SimpleNamespace(
+    embed=embed, rmsnorm=rmsnorm, attention=attention, mlp=mlp, block=block, forward=forward
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The weights as plain tensors
+
+
+def gpt_weights(model: GPT) -> dict:
+    """The weights of a pre-norm RMSNorm GPT without biases as plain tensors (copies):
+    {"tok_emb", "pos_emb", "blocks": [{"ln1", "qkv", "attn_proj", "ln2", "fc", "mlp_proj"}, ...],
+    "ln_f", "lm_head"}."""
+    cfg = model.cfg
+    if (cfg.norm, cfg.norm_placement, cfg.activation, cfg.bias) != (
+        "rmsnorm",
+        "pre",
+        "relu",
+        False,
+    ):
+        raise ValueError(
+            "gpt_weights reads a microgpt-style model (pre-norm RMSNorm, ReLU, no biases), got "
+            f"norm={cfg.norm!r}, norm_placement={cfg.norm_placement!r}, "
+            f"activation={cfg.activation!r}, bias={cfg.bias}; load assets/{ASSET} or build the "
+            "model with gptlib.config.microgpt()"
+        )
+
+    def t(p: torch.Tensor) -> torch.Tensor:
+        return p.detach().clone()
+
+    return {
+        "tok_emb": t(model.tok_emb.weight),
+        "pos_emb": t(model.pos_emb.weight),
+        "blocks": [
+            {
+                "ln1": t(b.ln1.weight),
+                "qkv": t(b.attn.qkv.weight),
+                "attn_proj": t(b.attn.proj.weight),
+                "ln2": t(b.ln2.weight),
+                "fc": t(b.mlp.fc.weight),
+                "mlp_proj": t(b.mlp.proj.weight),
+            }
+            for b in model.blocks
+        ],
+        "ln_f": t(model.ln_f.weight),
+        "lm_head": t(model.lm_head.weight),
+    }
+
+
+def state_dict_key(name: str) -> str:
+    """Where a weight of `gpt_weights` lives in GPT.state_dict(): "blocks.0.qkv" ->
+    "blocks.0.attn.qkv.weight"."""
+    inner = {
+        "ln1": "ln1",
+        "qkv": "attn.qkv",
+        "attn_proj": "attn.proj",
+        "ln2": "ln2",
+        "fc": "mlp.fc",
+        "mlp_proj": "mlp.proj",
+    }
+    parts = name.split(".")
+    if parts[0] == "blocks":
+        return f"blocks.{parts[1]}.{inner[parts[2]]}.weight"
+    return f"{name}.weight"
+
+
+def flat_names(w: dict) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every weight: "tok_emb", ..., "blocks.0.qkv", ..., "lm_head"."""
+    out = []
+    for name, value in w.items():
+        if name == "blocks":
+            for i, bw in enumerate(value):
+                out.extend((f"blocks.{i}.{k}", v) for k, v in bw.items())
+        else:
+            out.append((name, value))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Typical slips, one list per piece. Each wrong function has its piece's signature; the piece
+# checks and the layer-by-layer checker both use them.
+
+
+def _embed_no_positions(idx, tok_emb, pos_emb):
+    return tok_emb[idx]
+
+
+def _embed_positions_from_ids(idx, tok_emb, pos_emb):
+    return tok_emb[idx] + pos_emb[idx]
+
+
+def _embed_concatenated(idx, tok_emb, pos_emb):
+    B, n = idx.shape
+    return torch.cat([tok_emb[idx], pos_emb[:n].expand(B, n, -1)], dim=-1)
+
+
+EMBED_MISTAKES = [
+    (
+        "the position embedding is missing: add pos_emb[:n], one row per place in the window; "
+        "without it the model cannot tell 'ab' from 'ba' at the same token",
+        _embed_no_positions,
+    ),
+    (
+        "the position table was indexed with the token ids; it is indexed with the positions "
+        "0..n-1: pos_emb[:n] (or pos_emb[torch.arange(n)])",
+        _embed_positions_from_ids,
+    ),
+    (
+        "the two embeddings were concatenated ([B, n, 2d]); they are added: tok_emb[idx] + "
+        "pos_emb[:n] stays [B, n, d]",
+        _embed_concatenated,
+    ),
+]
+
+EMBED_ERRORS = [
+    (
+        "must match the size of tensor",
+        "pos_emb has T rows, one per possible position; a window of n tokens uses rows 0..n-1: "
+        "pos_emb[:n]",
+    ),
+]
+
+
+def _rms_eps_outside(x, gain, eps=1e-5):
+    return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * gain
+
+
+def _rms_no_gain(x, gain, eps=1e-5):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _rms_over_tokens(x, gain, eps=1e-5):
+    return x / torch.sqrt(x.pow(2).mean(dim=-2, keepdim=True) + eps) * gain
+
+
+def _rms_over_everything(x, gain, eps=1e-5):
+    return x / torch.sqrt(x.pow(2).mean() + eps) * gain
+
+
+def _rms_centred(x, gain, eps=1e-5):
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + eps) * gain
+
+
+def _rms_no_sqrt(x, gain, eps=1e-5):
+    return x / (x.pow(2).mean(-1, keepdim=True) + eps) * gain
+
+
+RMSNORM_MISTAKES = [
+    (
+        "eps is added after the square root; it belongs inside: sqrt(mean(x^2) + eps)",
+        _rms_eps_outside,
+    ),
+    ("the gain is missing: multiply by gain, one number per feature", _rms_no_gain),
+    (
+        "the mean runs over the tokens (dim=-2), the norm's axis is wrong: each token is "
+        "normalised over its own d features, mean(dim=-1, keepdim=True)",
+        _rms_over_tokens,
+    ),
+    (
+        "one mean square for the whole tensor; each token needs its own, over the last "
+        "dimension: mean(dim=-1, keepdim=True)",
+        _rms_over_everything,
+    ),
+    (
+        "the mean was subtracted (that is LayerNorm); RMSNorm divides x itself by its root mean "
+        "square",
+        _rms_centred,
+    ),
+    ("x is divided by the mean square; take its square root", _rms_no_sqrt),
+]
+
+
+def _heads(t, n_head):
+    B, n, d = t.shape
+    return t.view(B, n, n_head, d // n_head).transpose(1, 2)  # [B, h, n, d_h]
+
+
+def _attend(
+    x,
+    w_qkv,
+    w_proj,
+    n_head,
+    *,
+    scale=None,
+    mask="future",
+    fill=float("-inf"),
+    dim=-1,
+    split=_heads,
+    order=(0, 1, 2),
+    proj_t=True,
+    merge_t=True,
+    project=True,
+):
+    """The reference attention with one switch flipped: every attention slip is one call."""
+    B, n, d = x.shape
+    parts = (x @ w_qkv.T).split(d, dim=-1)
+    q, k, v = (split(parts[i], n_head) for i in order)
+    d_h = d // n_head
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(d_h) if scale is None else scale)
+    if mask is not None:
+        ones = torch.ones(n, n, dtype=torch.bool, device=x.device)
+        hidden = torch.triu(ones, 1) if mask == "future" else torch.tril(ones, -1)
+        scores = scores.masked_fill(hidden, fill)
+    weights = scores.softmax(dim=dim)
+    out = weights @ v  # [B, h, n, d_h]
+    y = out.transpose(1, 2).reshape(B, n, d) if merge_t else out.reshape(B, n, d)
+    if project:
+        y = y @ (w_proj.T if proj_t else w_proj)
+    return y, weights
+
+
+def _att_softmax_over_queries(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, dim=-2)
+
+
+def _att_no_scale(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, scale=1.0)
+
+
+def _att_scale_by_d(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, scale=math.sqrt(x.shape[-1]))
+
+
+def _att_scale_by_d_h(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, scale=float(x.shape[-1] // n_head))
+
+
+def _att_no_mask(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, mask=None)
+
+
+def _att_past_masked(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, mask="past")
+
+
+def _att_zero_filled(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, fill=0.0)
+
+
+def _att_proj_transposed(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, proj_t=False)
+
+
+def _att_no_proj(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, project=False)
+
+
+def _att_q_k_swapped(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, order=(1, 0, 2))
+
+
+def _split_without_transpose(t, n_head):
+    B, n, d = t.shape
+    return t.reshape(B, n_head, n, d // n_head)
+
+
+def _att_split_without_transpose(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, split=_split_without_transpose)
+
+
+def _att_merge_without_transpose(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, merge_t=False)
+
+
+TRANSPOSE_HINT = (
+    "every matrix is stored as nn.Linear keeps it, [out, in], so a layer computes x @ W.T"
+)
+
+ATTENTION_MISTAKES = [
+    (
+        "softmax over dim=-2 normalises over the queries; each query's row must sum to 1 over "
+        "the keys: softmax(dim=-1)",
+        _att_softmax_over_queries,
+    ),
+    ("the scores are not scaled: divide q @ k^T by sqrt(d_h)", _att_no_scale),
+    (
+        "the scores were divided by sqrt(d) = sqrt(h * d_h); the scale uses one head's width, "
+        "sqrt(d_h)",
+        _att_scale_by_d,
+    ),
+    ("the scores were divided by d_h; the scale is its square root, sqrt(d_h)", _att_scale_by_d_h),
+    (
+        "there is no causal mask: each query sees the keys after it; fill the scores above the "
+        "diagonal (torch.triu(..., diagonal=1)) with -inf",
+        _att_no_mask,
+    ),
+    (
+        "the mask hides the past and shows the future (tril where triu belongs): mask key j for "
+        "query i when j > i",
+        _att_past_masked,
+    ),
+    (
+        "masked scores were set to 0, and exp(0) still gives the future weight; fill them with "
+        "float('-inf')",
+        _att_zero_filled,
+    ),
+    (
+        f"the output projection is transposed: {TRANSPOSE_HINT}, here y @ w_proj.T",
+        _att_proj_transposed,
+    ),
+    ("the output projection is missing: the merged heads go through y @ w_proj.T", _att_no_proj),
+    (
+        "q and k are swapped: the fused projection x @ w_qkv.T gives q, k, v in that order along "
+        "the last axis",
+        _att_q_k_swapped,
+    ),
+    (
+        "the heads were cut with reshape(B, h, n, d_h), which mixes positions; view as "
+        "[B, n, h, d_h] first, then transpose(1, 2)",
+        _att_split_without_transpose,
+    ),
+    (
+        "the heads were glued back without moving the head axis: transpose(1, 2) to "
+        "[B, n, h, d_h] before reshape(B, n, d)",
+        _att_merge_without_transpose,
+    ),
+]
+
+MATMUL_ERRORS = [
+    ("mat1 and mat2 shapes cannot be multiplied", TRANSPOSE_HINT),
+    ("size mismatch", TRANSPOSE_HINT),
+]
+
+
+def _mlp_no_activation(x, w_fc, w_proj):
+    return x @ w_fc.T @ w_proj.T
+
+
+def _mlp_gelu(x, w_fc, w_proj):
+    return F.gelu(x @ w_fc.T) @ w_proj.T
+
+
+def _mlp_activation_after(x, w_fc, w_proj):
+    return torch.relu(x @ w_fc.T @ w_proj.T)
+
+
+def _mlp_swapped(x, w_fc, w_proj):
+    return torch.relu(x @ w_proj) @ w_fc
+
+
+MLP_MISTAKES = [
+    (
+        "the ReLU is missing: without it the two layers collapse into one matrix; apply it to "
+        "the hidden [B, n, 4d] tensor",
+        _mlp_no_activation,
+    ),
+    ("this is GELU; microgpt's MLP uses ReLU: torch.relu", _mlp_gelu),
+    (
+        "the ReLU sits after the second layer; it belongs between the two: "
+        "relu(x @ w_fc.T) @ w_proj.T",
+        _mlp_activation_after,
+    ),
+    (
+        "the two weight matrices swapped roles: the first layer is x @ w_fc.T ([B, n, d] -> "
+        "[B, n, 4d]), the second h @ w_proj.T",
+        _mlp_swapped,
+    ),
+]
+
+
+def _attn_of(x, bw, n_head):
+    return attention(x, bw["qkv"], bw["attn_proj"], n_head)[0]
+
+
+def _mlp_of(x, bw):
+    return mlp(x, bw["fc"], bw["mlp_proj"])
+
+
+def _block_no_first_residual(x, bw, n_head):
+    x = _attn_of(rmsnorm(x, bw["ln1"]), bw, n_head)
+    return x + _mlp_of(rmsnorm(x, bw["ln2"]), bw)
+
+
+def _block_no_second_residual(x, bw, n_head):
+    x = x + _attn_of(rmsnorm(x, bw["ln1"]), bw, n_head)
+    return _mlp_of(rmsnorm(x, bw["ln2"]), bw)
+
+
+def _block_no_residuals(x, bw, n_head):
+    x = _attn_of(rmsnorm(x, bw["ln1"]), bw, n_head)
+    return _mlp_of(rmsnorm(x, bw["ln2"]), bw)
+
+
+def _block_adds_normalised(x, bw, n_head):
+    h = rmsnorm(x, bw["ln1"])
+    x = h + _attn_of(h, bw, n_head)
+    h = rmsnorm(x, bw["ln2"])
+    return h + _mlp_of(h, bw)
+
+
+def _block_post_norm(x, bw, n_head):
+    x = rmsnorm(x + _attn_of(x, bw, n_head), bw["ln1"])
+    return rmsnorm(x + _mlp_of(x, bw), bw["ln2"])
+
+
+def _block_no_norms(x, bw, n_head):
+    x = x + _attn_of(x, bw, n_head)
+    return x + _mlp_of(x, bw)
+
+
+def _block_gains_swapped(x, bw, n_head):
+    x = x + _attn_of(rmsnorm(x, bw["ln2"]), bw, n_head)
+    return x + _mlp_of(rmsnorm(x, bw["ln1"]), bw)
+
+
+def _block_parallel(x, bw, n_head):
+    return x + _attn_of(rmsnorm(x, bw["ln1"]), bw, n_head) + _mlp_of(rmsnorm(x, bw["ln2"]), bw)
+
+
+BLOCK_MISTAKES = [
+    (
+        "the residual around attention is missing: x = x + attention(rmsnorm(x)), not "
+        "x = attention(...)",
+        _block_no_first_residual,
+    ),
+    (
+        "the residual around the MLP is missing: return x + mlp(rmsnorm(x)), not the MLP's "
+        "output alone",
+        _block_no_second_residual,
+    ),
+    ("both residual paths are missing: each sub-layer's output is added to x", _block_no_residuals),
+    (
+        "the residual adds the normalised x; it must add x itself: x + attention(rmsnorm(x))",
+        _block_adds_normalised,
+    ),
+    (
+        "this is post-norm, norm(x + f(x)); microgpt is pre-norm: x + f(norm(x))",
+        _block_post_norm,
+    ),
+    (
+        "the norms are missing: each sub-layer reads rmsnorm(x), with its own gain",
+        _block_no_norms,
+    ),
+    (
+        "the two gains are swapped: attention reads rmsnorm(x, bw['ln1']), the MLP "
+        "rmsnorm(x, bw['ln2'])",
+        _block_gains_swapped,
+    ),
+    (
+        "the MLP reads the block's input; it must read x after the attention's residual: "
+        "x = x + attention(...), then x + mlp(rmsnorm(x))",
+        _block_parallel,
+    ),
+]
+
+
+def _forward_no_final_norm(w, idx, n_head):
+    x = embed(idx, w["tok_emb"], w["pos_emb"])
+    for bw in w["blocks"]:
+        x = block(x, bw, n_head)
+    return x @ w["lm_head"].T
+
+
+def _forward_tied(w, idx, n_head):
+    x = embed(idx, w["tok_emb"], w["pos_emb"])
+    for bw in w["blocks"]:
+        x = block(x, bw, n_head)
+    return rmsnorm(x, w["ln_f"]) @ w["tok_emb"].T
+
+
+def _forward_probabilities(w, idx, n_head):
+    return forward(w, idx, n_head).softmax(dim=-1)
+
+
+def _forward_no_blocks(w, idx, n_head):
+    return rmsnorm(embed(idx, w["tok_emb"], w["pos_emb"]), w["ln_f"]) @ w["lm_head"].T
+
+
+FORWARD_MISTAKES = [
+    (
+        "the final norm is missing: the head reads rmsnorm(x, w['ln_f']), not x",
+        _forward_no_final_norm,
+    ),
+    (
+        "the head used the token table; microgpt's head is untied, its own matrix: "
+        "x @ w['lm_head'].T",
+        _forward_tied,
+    ),
+    (
+        "these are probabilities; forward returns the logits (the loss and the sampler apply "
+        "the softmax themselves)",
+        _forward_probabilities,
+    ),
+    (
+        "the blocks were skipped: x = block(x, bw, n_head) for each bw in w['blocks']",
+        _forward_no_blocks,
+    ),
+]
+
+MISTAKES = {
+    "embed": EMBED_MISTAKES,
+    "rmsnorm": RMSNORM_MISTAKES,
+    "attention": ATTENTION_MISTAKES,
+    "mlp": MLP_MISTAKES,
+    "block": BLOCK_MISTAKES,
+    "forward": FORWARD_MISTAKES,
+}
+
+# ---------------------------------------------------------------------------------------------
+# One check per piece, on random inputs. The sizes differ (V != T != d, h > 1, n < T) so that
+# a mixed-up axis or table changes a shape or a value.
+
+_B, _N, _V, _T, _D, _H = 2, 6, 11, 7, 12, 3
+
+
+def _weights(g: torch.Generator, n_layer: int = 1) -> dict:
+    def r(*shape, scale=0.3):
+        return scale * torch.randn(*shape, generator=g)
+
+    def gain():
+        return 0.5 + torch.rand(_D, generator=g)  # distinct gains, so a missing one shows
+
+    return {
+        "tok_emb": r(_V, _D, scale=1.0),
+        "pos_emb": r(_T, _D, scale=1.0),
+        "blocks": [
+            {
+                "ln1": gain(),
+                "qkv": r(3 * _D, _D),
+                "attn_proj": r(_D, _D),
+                "ln2": gain(),
+                "fc": r(4 * _D, _D),
+                "mlp_proj": r(_D, 4 * _D),
+            }
+            for _ in range(n_layer)
+        ],
+        "ln_f": gain(),
+        "lm_head": r(_V, _D),
+    }
+
+
+def _ids(g):
+    return torch.randint(0, _T - 1, (_B, _N), generator=g)  # ids < T: wrong lookups still run
+
+
+def _embed_inputs(g):
+    w = _weights(g)
+    return _ids(g), w["tok_emb"], w["pos_emb"]
+
+
+def _rmsnorm_inputs(g):
+    x = 3.0 * torch.randn(_B, _N, _D, generator=g)
+    x[:, 0] *= 1e-3  # a near-zero token: where the place of eps matters
+    return x, 0.5 + torch.rand(_D, generator=g), 1e-5
+
+
+def _attention_inputs(g):
+    x = torch.randn(_B, _N, _D, generator=g)
+    bw = _weights(g)["blocks"][0]
+    w_qkv = 2.0 * bw["qkv"]  # sharper scores, so a missing scale changes the weights a lot
+    return x, w_qkv, bw["attn_proj"], _H
+
+
+def _mlp_inputs(g):
+    bw = _weights(g)["blocks"][0]
+    return torch.randn(_B, _N, _D, generator=g), bw["fc"], bw["mlp_proj"]
+
+
+def _block_inputs(g):
+    x = 2.0 * torch.randn(_B, _N, _D, generator=g) + 0.5
+    return x, _weights(g)["blocks"][0], _H
+
+
+def _forward_inputs(g):
+    return _weights(g, n_layer=2), _ids(g), _H
+
+
+@solved_by(embed)
+def check_gpt_embed(fn) -> CheckResult:
+    """`embed(idx, tok_emb, pos_emb)` on random [2, 6] ids, V=11, T=7, d=12."""
+    return compare(
+        "embed", fn, embed, _embed_inputs, mistakes=EMBED_MISTAKES, error_hints=EMBED_ERRORS
+    )
+
+
+@solved_by(rmsnorm)
+def check_gpt_rmsnorm(fn) -> CheckResult:
+    """`rmsnorm(x, gain, eps)` on random [2, 6, 12] inputs with one near-zero token each."""
+    return compare("rmsnorm", fn, rmsnorm, _rmsnorm_inputs, mistakes=RMSNORM_MISTAKES)
+
+
+@solved_by(attention)
+def check_gpt_attention(fn) -> CheckResult:
+    """`attention(x, w_qkv, w_proj, n_head)` on random [2, 6, 12] inputs, 3 heads of 4."""
+    return compare(
+        "attention",
+        fn,
+        attention,
+        _attention_inputs,
+        mistakes=ATTENTION_MISTAKES,
+        error_hints=MATMUL_ERRORS,
+    )
+
+
+@solved_by(mlp)
+def check_gpt_mlp(fn) -> CheckResult:
+    """`mlp(x, w_fc, w_proj)` on random [2, 6, 12] inputs."""
+    return compare("mlp", fn, mlp, _mlp_inputs, mistakes=MLP_MISTAKES, error_hints=MATMUL_ERRORS)
+
+
+@solved_by(block)
+def check_gpt_block(fn) -> CheckResult:
+    """`block(x, bw, n_head)` on random [2, 6, 12] inputs with random block weights."""
+    return compare(
+        "block", fn, block, _block_inputs, mistakes=BLOCK_MISTAKES, error_hints=MATMUL_ERRORS
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The layer-by-layer checker
+
+
+def _steps(n_layer: int) -> list[tuple[str, str, int, str]]:
+    """Every tensor compared, in the order the forward pass makes them:
+    (label, piece, which call of that piece, what of the call: "out", "out0", "out1", "in")."""
+    steps = [("embeddings", "embed", 0, "out")]
+    for i in range(n_layer):
+        steps += [
+            (f"block {i} · norm 1", "rmsnorm", 2 * i, "out"),
+            (f"block {i} · attention weights", "attention", i, "out1"),
+            (f"block {i} · attention output", "attention", i, "out0"),
+            (f"block {i} · x + attention", "rmsnorm", 2 * i + 1, "in"),
+            (f"block {i} · norm 2", "rmsnorm", 2 * i + 1, "out"),
+            (f"block {i} · mlp", "mlp", i, "out"),
+            (f"block {i} · x + mlp (block output)", "block", i, "out"),
+        ]
+    steps += [("final norm", "rmsnorm", 2 * n_layer, "out"), ("logits", "forward", 0, "out")]
+    return steps
+
+
+def _expected_calls(n_layer: int) -> dict[str, int]:
+    return {
+        "embed": 1,
+        "rmsnorm": 2 * n_layer + 1,
+        "attention": n_layer,
+        "mlp": n_layer,
+        "block": n_layer,
+        "forward": 1,
+    }
+
+
+@torch.no_grad()
+def trace_gpt(model: GPT, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Run gptlib's GPT on idx [B, n] with forward hooks and return every tensor of `_steps`,
+    label -> tensor, in order. Also: "inputs" of each norm, for the checker."""
+    caught: dict[str, torch.Tensor] = {}
+    hooks = []
+
+    def keep(label, which="out"):
+        def hook(module, args, output):
+            caught[label] = (args[0] if which == "in" else output).detach().clone()
+
+        return hook
+
+    def keep_input(label):
+        def pre_hook(module, args):
+            caught[label] = args[0].detach().clone()
+
+        return pre_hook
+
+    for i, b in enumerate(model.blocks):
+        hooks += [
+            b.register_forward_pre_hook(keep_input(f"block {i} · input")),
+            b.ln1.register_forward_hook(keep(f"block {i} · norm 1")),
+            b.attn.register_forward_hook(keep(f"block {i} · attention output")),
+            b.ln2.register_forward_pre_hook(keep_input(f"block {i} · x + attention")),
+            b.ln2.register_forward_hook(keep(f"block {i} · norm 2")),
+            b.mlp.register_forward_hook(keep(f"block {i} · mlp")),
+            b.register_forward_hook(keep(f"block {i} · x + mlp (block output)")),
+        ]
+        b.attn.keep_weights = True  # the readable path, which keeps its softmax weights
+    hooks += [
+        model.ln_f.register_forward_pre_hook(keep_input("final norm · input")),
+        model.ln_f.register_forward_hook(keep("final norm")),
+        model.lm_head.register_forward_hook(keep("logits")),
+    ]
+    try:
+        model(idx)
+        for i, b in enumerate(model.blocks):
+            caught[f"block {i} · attention weights"] = b.attn.weights.clone()
+    finally:
+        for h in hooks:
+            h.remove()
+        for b in model.blocks:
+            b.attn.keep_weights, b.attn.weights = False, None
+    caught["embeddings"] = caught["block 0 · input"]
+    return caught
+
+
+def _piece_codes(fn: Callable) -> dict:
+    """The code object of each piece the function `fn` can call by name, -> piece name."""
+    codes = {}
+    names = getattr(fn, "__globals__", {})
+    for name in PIECES:
+        f = names.get(name)
+        if isinstance(f, types.FunctionType):
+            codes[f.__code__] = name
+    if isinstance(fn, types.FunctionType):
+        codes[fn.__code__] = "forward"
+    return codes
+
+
+def _record_calls(fn: Callable, args: tuple) -> tuple[object, list[tuple[str, object, object]]]:
+    """Call fn(*args) and record (piece, first argument, return value) of every call of a
+    piece, in the order the calls return (the order the tensors are made)."""
+    codes = _piece_codes(fn)
+    calls: list[tuple[str, object, object]] = []
+    first_args: dict[int, object] = {}
+
+    def profile(frame, event, arg):
+        piece = codes.get(frame.f_code)
+        if piece is None:
+            return
+        if event == "call":
+            names = frame.f_code.co_varnames
+            first_args[id(frame)] = frame.f_locals.get(names[0]) if names else None
+        elif event == "return":
+            calls.append((piece, first_args.pop(id(frame), None), arg))
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        result = fn(*args)
+    finally:
+        sys.setprofile(previous)
+    return result, calls
+
+
+def trace_forward(fn: Callable, w: dict, idx: torch.Tensor, n_head: int) -> dict:
+    """Run `fn(w, idx, n_head)` and return the tensors its pieces made, label -> tensor, with the
+    labels of `trace_gpt`. A tensor is missing when fn did not make the expected calls of that
+    piece (a piece written inline, say)."""
+    with torch.no_grad():
+        logits, calls = _record_calls(fn, (w, idx, n_head))
+    return _label_calls(calls, logits, len(w["blocks"]))[0]
+
+
+def _label_calls(calls, logits, n_layer):
+    by_piece: dict[str, list] = {}
+    for piece, first, out in calls:
+        by_piece.setdefault(piece, []).append((first, out))
+    by_piece["forward"] = [(None, logits)]
+    expected = _expected_calls(n_layer)
+    counted = {p: len(by_piece.get(p, [])) for p in expected}
+    labelled: dict[str, object] = {}
+    for label, piece, k, what in _steps(n_layer):
+        found = by_piece.get(piece, [])
+        if len(found) != expected[piece]:
+            continue  # calls cannot be matched to the model's one by one
+        first, out = found[k]
+        if what == "in":
+            labelled[label] = first
+        elif what in ("out0", "out1"):
+            if isinstance(out, tuple) and len(out) == 2:
+                labelled[label] = out[int(what[-1])]
+        else:
+            labelled[label] = out
+    return labelled, by_piece, counted
+
+
+def _shape(t) -> str:
+    return str(list(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _piece_inputs(piece: str, k: int, w: dict, idx, n_head: int, lib: dict) -> tuple:
+    """The arguments gptlib's model gave call k of this piece (the same weights, its tensors)."""
+    L = len(w["blocks"])
+    if piece == "embed":
+        return idx, w["tok_emb"], w["pos_emb"]
+    if piece == "rmsnorm":
+        if k == 2 * L:
+            return lib["final norm · input"], w["ln_f"], 1e-5
+        i, second = divmod(k, 2)
+        x = lib[f"block {i} · x + attention"] if second else lib[f"block {i} · input"]
+        return x, w["blocks"][i]["ln2" if second else "ln1"], 1e-5
+    if piece == "attention":
+        bw = w["blocks"][k]
+        return lib[f"block {k} · norm 1"], bw["qkv"], bw["attn_proj"], n_head
+    if piece == "mlp":
+        bw = w["blocks"][k]
+        return lib[f"block {k} · norm 2"], bw["fc"], bw["mlp_proj"]
+    if piece == "block":
+        return lib[f"block {k} · input"], w["blocks"][k], n_head
+    return w, idx, n_head
+
+
+def _likely_slip(piece, k, what, block_i, w, idx, n_head, lib, by_piece, atol, rtol):
+    """Try the known slips of the piece that made the differing tensor, then of the block around
+    it, then of the whole forward: the first whose output equals the reader's names itself. (A
+    tensor read as a piece's input was made by the code around that piece, not by the piece.)"""
+    chain = [] if what == "in" else [(piece, k)]
+    if block_i is not None and piece != "block":
+        chain.append(("block", block_i))
+    if piece != "forward":
+        chain.append(("forward", 0))
+    for p, j in chain:
+        calls = by_piece.get(p, [])
+        if len(calls) <= j:
+            continue
+        got = calls[j][1]
+        args = _piece_inputs(p, j, w, idx, n_head, lib)
+        for hint, wrong in MISTAKES[p]:
+            try:
+                with torch.no_grad():
+                    expected_wrong = wrong(*args)
+            except Exception:
+                continue
+            try:
+                if _close(got, expected_wrong, atol, rtol):
+                    return f"{p}: {hint}"
+            except Exception:
+                continue
+    return None
+
+
+def _inputs_for_forward(g: torch.Generator, V: int, T: int) -> list[torch.Tensor]:
+    # A full block and a shorter window (n < T: the position table must be cut to n rows).
+    return [torch.randint(0, V, (3, T), generator=g), torch.randint(0, V, (2, T - 3), generator=g)]
+
+
+def _raised_in(tb, codes: dict) -> str:
+    """The innermost piece in a traceback (codes: code object -> piece), or "forward"."""
+    name = "forward"
+    while tb is not None:
+        name = codes.get(tb.tb_frame.f_code, name)
+        tb = tb.tb_next
+    return name
+
+
+@solved_by(forward)
+def check_gpt_forward(fn: Callable, atol: float = 1e-5, rtol: float = 1e-4) -> CheckResult:
+    """Run `fn(w, idx, n_head)` with the trained microgpt's weights (assets/names-microgpt-h4.pt)
+    beside gptlib's GPT, on a [3, 8] and a [2, 5] batch of random ids, and compare every tensor
+    in the order the forward pass makes it. The first that differs is named, with both shapes
+    and the likely slip."""
+    model = load_asset(ASSET).model
+    cfg = model.cfg
+    w = gpt_weights(model)
+    g = torch.Generator().manual_seed(1200)
+    first_report = None
+    for idx in _inputs_for_forward(g, cfg.vocab_size, cfg.block_size):
+        w_copy = {
+            k: ([{n: t.clone() for n, t in bw.items()} for bw in v] if k == "blocks" else v.clone())
+            for k, v in w.items()
+        }
+        lib = trace_gpt(model, idx)
+        try:
+            with torch.no_grad():
+                logits, calls = _record_calls(fn, (w_copy, idx, cfg.n_head))
+        except NotImplementedError as e:
+            return not_written(_raised_in(e.__traceback__, _piece_codes(fn)))
+        except Exception as e:
+            where = _raised_in(e.__traceback__, _piece_codes(fn))
+            message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            for fragment, hint in MATMUL_ERRORS + EMBED_ERRORS:
+                if fragment in message:
+                    message += f". Hint: {hint}"
+                    break
+            return CheckResult(False, f"✗ forward: {where} raised {message}")
+        mine, by_piece, counted = _label_calls(calls, logits, cfg.n_layer)
+        report = []
+        for label, piece, k, what in _steps(cfg.n_layer):
+            if label not in mine:
+                continue
+            got, expected = mine[label], lib[label]
+            if isinstance(got, torch.Tensor) and _close(got, expected, atol, rtol):
+                report.append(f"  ✓ {label} {_shape(expected)}")
+                continue
+            block_i = int(label.split()[1]) if label.startswith("block") else None
+            if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+                diff = float((got.double() - expected.double()).abs().max())
+                how = f"largest difference {diff:.3g}"
+            else:
+                how = "the shapes differ"
+            slip = _likely_slip(
+                piece, k, what, block_i, w, idx, cfg.n_head, lib, by_piece, atol, rtol
+            )
+            made_by = "block, read by rmsnorm" if what == "in" else piece
+            lines = [
+                f"✗ forward: the first tensor that differs is '{label}' (made by {made_by}), on "
+                f"ids of shape {list(idx.shape)}",
+                f"  expected shape {_shape(expected)}, got {_shape(got)}; {how}",
+                f"  likely slip in {slip}"
+                if slip
+                else f"  no known slip matches; try check_gpt_{'block' if what == 'in' else piece}",
+            ]
+            return CheckResult(False, "\n".join(lines + _unseen(counted, cfg.n_layer)))
+        if first_report is None:
+            first_report = report + _unseen(counted, cfg.n_layer)
+    lines = [
+        f"✓ forward: every tensor equals gptlib's GPT (atol {atol:g}) on ids of shape [3, "
+        f"{cfg.block_size}] and [2, {cfg.block_size - 3}]"
+    ]
+    return CheckResult(True, "\n".join(lines + first_report))
+
+
+def _unseen(counted: dict[str, int], n_layer: int) -> list[str]:
+    out = []
+    for piece, n in _expected_calls(n_layer).items():
+        if piece != "forward" and counted.get(piece, 0) != n:
+            out.append(
+                f"  (your forward called {piece} {counted.get(piece, 0)} time(s), the model has "
+                f"{n}: its tensors were not compared one by one)"
+            )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a forward: its validation loss, planted slips
+
+
+@torch.no_grad()
+def estimate_forward_loss(
+    fn: Callable,
+    w: dict,
+    tokens: torch.Tensor,
+    n_head: int,
+    batch_size: int = 32,
+    n_batches: int = 20,
+    seed: int = 1234,
+) -> float:
+    """`gptlib.train.estimate_loss` for a forward function: the same windows (same seed, same
+    batches), the same loss (`GPT.loss`, the shift inside)."""
+    g = torch.Generator().manual_seed(seed)
+    block = min(w["pos_emb"].shape[0], tokens.numel() - 1)
+    losses = []
+    for _ in range(n_batches):
+        idx, labels = sample_batch(tokens, batch_size, block, g)
+        losses.append(GPT.loss(fn(w, idx, n_head), labels).item())
+    return sum(losses) / len(losses)
+
+
+def forward_with_pieces(**pieces: Callable) -> Callable:
+    """The reference `forward`, with some of its pieces replaced: `forward_with_pieces(
+    attention=my_attention)` calls `my_attention` wherever the reference calls `attention`
+    (the other pieces, and the replacement itself, look each other up by name)."""
+    unknown = set(pieces) - set(PIECES)
+    if unknown:
+        raise ValueError(
+            f"unknown piece(s) {', '.join(sorted(unknown))}; the pieces are {', '.join(PIECES)}"
+        )
+    made: dict[str, Callable] = {}
+    namespaces = []
+
+    def rebind(f: Callable) -> Callable:
+        # Its own module's names, with the pieces' names pointing at the pieces used here.
+        namespace = dict(f.__globals__)
+        namespaces.append(namespace)
+        return types.FunctionType(f.__code__, namespace, f.__name__, f.__defaults__, f.__closure__)
+
+    for name in PIECES:
+        made[name] = rebind(pieces.get(name, globals()[name]))
+    made["forward"] = rebind(forward)
+    for namespace in namespaces:
+        namespace.update(made)
+    return made["forward"]
+
+
+SLIPS = {
+    "no positions": ("embed", _embed_no_positions),
+    "norm over tokens": ("rmsnorm", _rms_over_tokens),
+    "softmax over queries": ("attention", _att_softmax_over_queries),
+    "no scale": ("attention", _att_no_scale),
+    "no mask": ("attention", _att_no_mask),
+    "proj transposed": ("attention", _att_proj_transposed),
+    "gelu": ("mlp", _mlp_gelu),
+    "no residual": ("block", _block_no_first_residual),
+    "post-norm": ("block", _block_post_norm),
+}
+
+
+def planted_slip(name: str) -> Callable:
+    """A forward with one known slip planted in one piece, for seeing what the checker says:
+    `check_gpt_forward(planted_slip("no scale"))`."""
+    if name not in SLIPS:
+        raise ValueError(f"unknown slip {name!r}; choose one of {', '.join(SLIPS)}")
+    piece, wrong = SLIPS[name]
+    return forward_with_pieces(**{piece: wrong})

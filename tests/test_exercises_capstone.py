@@ -1,0 +1,307 @@
+"""The capstone: each piece's check, and the layer-by-layer checker naming planted slips."""
+
+import math
+
+import pytest
+import torch
+
+from gptlib import exercises
+from gptlib.checkpoint import load_asset
+from gptlib.config import textbook
+from gptlib.data import load_corpus
+from gptlib.exercises import capstone, show_solution
+from gptlib.exercises.capstone import reference
+from gptlib.model import GPT
+from gptlib.train import estimate_loss
+
+PIECE_CHECKS = {
+    "embed": capstone.check_gpt_embed,
+    "rmsnorm": capstone.check_gpt_rmsnorm,
+    "attention": capstone.check_gpt_attention,
+    "mlp": capstone.check_gpt_mlp,
+    "block": capstone.check_gpt_block,
+}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_asset(capstone.ASSET).model
+
+
+@pytest.fixture(scope="module")
+def weights(model):
+    return capstone.gpt_weights(model)
+
+
+# --- each piece on its own --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("piece", list(PIECE_CHECKS))
+def test_reference_piece_passes(piece):
+    result = PIECE_CHECKS[piece](getattr(reference, piece))
+    assert result.passed
+    assert result.message == f"✓ {piece}: matches the reference on 3 random inputs"
+
+
+@pytest.mark.parametrize("piece", list(PIECE_CHECKS))
+def test_stub_piece_is_not_written(piece):
+    def stub(*args):
+        raise NotImplementedError
+
+    result = PIECE_CHECKS[piece](stub)
+    assert not result.passed
+    assert result.message == (
+        f"{piece} is not written yet: replace its body and run this cell again"
+    )
+
+
+@pytest.mark.parametrize(
+    "piece, hint, wrong",
+    [(p, h, w) for p in PIECE_CHECKS for h, w in capstone.MISTAKES[p]],
+    ids=lambda x: getattr(x, "__name__", x if isinstance(x, str) and len(x) < 12 else ""),
+)
+def test_each_listed_mistake_gets_its_hint(piece, hint, wrong):
+    result = PIECE_CHECKS[piece](wrong)
+    assert not result.passed
+    assert result.message == f"✗ {piece}: {hint}"
+
+
+def test_transposed_qkv_weight_error_gets_the_layout_hint():
+    def attention(x, w_qkv, w_proj, n_head):
+        q, k, v = (x @ w_qkv).split(x.shape[-1], dim=-1)  # [B, n, d] @ [3d, d] fails
+        return q, k
+
+    msg = capstone.check_gpt_attention(attention).message
+    assert msg.startswith("✗ attention: your function raised RuntimeError")
+    assert "[out, in], so a layer computes x @ W.T" in msg
+
+
+def test_whole_position_table_error_gets_its_hint():
+    msg = capstone.check_gpt_embed(lambda idx, tok, pos: tok[idx] + pos).message
+    assert "pos_emb[:n]" in msg
+
+
+def test_attention_returning_only_the_output():
+    msg = capstone.check_gpt_attention(lambda *a: reference.attention(*a)[0]).message
+    assert msg == "✗ attention: returned 1 value(s), expected 2"
+
+
+def test_show_solution_prints_the_block_and_the_pieces_it_calls(capsys):
+    show_solution(capstone.check_gpt_block)
+    out = capsys.readouterr().out
+    for name in ("rmsnorm", "attention", "mlp", "block"):
+        assert f"def {name}(" in out
+    assert "def forward(" not in out
+    show_solution(capstone.check_gpt_forward)
+    out = capsys.readouterr().out
+    for name in ("embed", "rmsnorm", "attention", "mlp", "block", "forward"):
+        assert f"def {name}(" in out
+
+
+# --- the weights --------------------------------------------------------------------------------
+
+
+def test_weights_are_the_models_tensors_under_readable_names(model, weights):
+    state = model.state_dict()
+    names = capstone.flat_names(weights)
+    assert [capstone.state_dict_key(n) for n, _ in names] == list(state)
+    for name, tensor in names:
+        assert torch.equal(tensor, state[capstone.state_dict_key(name)])
+    assert weights["blocks"][0]["qkv"].shape == (48, 16)  # [3d, d], nn.Linear's [out, in]
+
+
+def test_gpt_weights_refuses_another_architecture():
+    with pytest.raises(ValueError, match="pre-norm RMSNorm, ReLU, no biases.*norm='layernorm'"):
+        capstone.gpt_weights(GPT(textbook(block_size=8, n_layer=1, n_embd=16)))
+
+
+# --- the whole forward --------------------------------------------------------------------------
+
+
+def test_reference_forward_passes_every_tensor():
+    result = capstone.check_gpt_forward(reference.forward)
+    assert result.passed
+    lines = result.message.splitlines()
+    assert lines[0].startswith("✓ forward: every tensor equals gptlib's GPT")
+    labels = [step[0] for step in capstone._steps(1)]
+    assert len(lines) == 1 + len(labels)
+    for line, label in zip(lines[1:], labels, strict=True):
+        assert line.startswith(f"  ✓ {label} [3, ")
+
+
+def test_stub_forward_and_stub_piece():
+    def forward(w, idx, n_head):
+        raise NotImplementedError
+
+    def attention(x, w_qkv, w_proj, n_head):
+        raise NotImplementedError
+
+    expected = "{} is not written yet: replace its body and run this cell again"
+    assert capstone.check_gpt_forward(forward).message == expected.format("forward")
+    with_stub = capstone.forward_with_pieces(attention=attention)
+    assert capstone.check_gpt_forward(with_stub).message == expected.format("attention")
+
+
+def test_trace_labels_match_the_models(model, weights):
+    idx = torch.tensor([[0, 5, 13, 13, 1, 0]])  # ".emma."
+    mine = capstone.trace_forward(reference.forward, weights, idx, model.cfg.n_head)
+    lib = capstone.trace_gpt(model, idx)
+    assert list(mine) == [step[0] for step in capstone._steps(1)]
+    for label, tensor in mine.items():
+        torch.testing.assert_close(tensor, lib[label], atol=1e-5, rtol=1e-4)
+    assert mine["block 0 · attention weights"].shape == (1, 4, 6, 6)
+
+
+# Slips written the way a reader might write them (not the library's own wrong functions):
+# each replaces one piece of the reference forward.
+
+
+def _attention(x, w_qkv, w_proj, n_head, scale=True, mask=True, dim=-1, proj_t=True):
+    B, n, d = x.shape
+    hs = d // n_head
+    q, k, v = torch.chunk(x @ w_qkv.t(), 3, dim=2)
+    q = q.reshape(B, n, n_head, hs).permute(0, 2, 1, 3)
+    k = k.reshape(B, n, n_head, hs).permute(0, 2, 1, 3)
+    v = v.reshape(B, n, n_head, hs).permute(0, 2, 1, 3)
+    att = torch.einsum("bhid,bhjd->bhij", q, k)
+    if scale:
+        att = att * hs**-0.5
+    if mask:
+        att = att.masked_fill(torch.tril(torch.ones(n, n)) == 0, -math.inf)
+    att = torch.softmax(att, dim=dim)
+    y = torch.einsum("bhij,bhjd->bhid", att, v).permute(0, 2, 1, 3).reshape(B, n, d)
+    return (y @ w_proj.t() if proj_t else y @ w_proj), att
+
+
+def slip_no_scale(x, w_qkv, w_proj, n_head):
+    return _attention(x, w_qkv, w_proj, n_head, scale=False)
+
+
+def slip_no_mask(x, w_qkv, w_proj, n_head):
+    return _attention(x, w_qkv, w_proj, n_head, mask=False)
+
+
+def slip_softmax_axis(x, w_qkv, w_proj, n_head):
+    return _attention(x, w_qkv, w_proj, n_head, dim=2)
+
+
+def slip_transposed_proj(x, w_qkv, w_proj, n_head):
+    return _attention(x, w_qkv, w_proj, n_head, proj_t=False)
+
+
+def slip_norm_axis(x, gain, eps=1e-5):
+    return x * torch.rsqrt(torch.mean(x * x, dim=1, keepdim=True) + eps) * gain
+
+
+def slip_layernorm(x, gain, eps=1e-5):
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], gain, None, eps)
+
+
+def slip_missing_residual(x, bw, n_head):
+    h, _ = attention(rmsnorm(x, bw["ln1"]), bw["qkv"], bw["attn_proj"], n_head)  # noqa: F821
+    return h + mlp(rmsnorm(h, bw["ln2"]), bw["fc"], bw["mlp_proj"])  # noqa: F821
+
+
+def slip_mlp_residual(x, bw, n_head):
+    x = x + attention(rmsnorm(x, bw["ln1"]), bw["qkv"], bw["attn_proj"], n_head)[0]  # noqa: F821
+    return mlp(rmsnorm(x, bw["ln2"]), bw["fc"], bw["mlp_proj"])  # noqa: F821
+
+
+def slip_positions(idx, tok_emb, pos_emb):
+    return torch.nn.functional.embedding(idx, tok_emb)
+
+
+PLANTED = [
+    ("attention", slip_no_scale, "block 0 · attention weights", "not scaled: divide q @ k^T"),
+    ("attention", slip_no_mask, "block 0 · attention weights", "there is no causal mask"),
+    ("attention", slip_softmax_axis, "block 0 · attention weights", "softmax(dim=-1)"),
+    ("attention", slip_transposed_proj, "block 0 · attention output", "projection is transposed"),
+    ("rmsnorm", slip_norm_axis, "block 0 · norm 1", "the norm's axis is wrong"),
+    ("rmsnorm", slip_layernorm, "block 0 · norm 1", "the mean was subtracted (that is LayerNorm)"),
+    ("block", slip_missing_residual, "block 0 · x + attention", "residual around attention is"),
+    ("block", slip_mlp_residual, "block 0 · x + mlp (block output)", "residual around the MLP"),
+    ("embed", slip_positions, "embeddings", "the position embedding is missing"),
+]
+
+
+@pytest.mark.parametrize("piece, slip, label, hint", PLANTED, ids=[p[1].__name__ for p in PLANTED])
+def test_planted_slip_is_named_at_its_first_tensor(piece, slip, label, hint):
+    result = capstone.check_gpt_forward(capstone.forward_with_pieces(**{piece: slip}))
+    assert not result.passed
+    first, shapes, likely = result.message.splitlines()[:3]
+    assert first.startswith(f"✗ forward: the first tensor that differs is '{label}'")
+    assert "expected shape [3, " in shapes and "got [3, " in shapes
+    assert likely.startswith("  likely slip in ")
+    assert hint in likely
+
+
+@pytest.mark.parametrize("name", list(capstone.SLIPS))
+def test_library_planted_slips_are_named(name):
+    piece, _ = capstone.SLIPS[name]
+    result = capstone.check_gpt_forward(capstone.planted_slip(name))
+    assert not result.passed
+    assert f"likely slip in {piece}: " in result.message
+
+
+def test_tied_head_is_named_at_the_logits():
+    def forward(w, idx, n_head):
+        x = reference.embed(idx, w["tok_emb"], w["pos_emb"])
+        for bw in w["blocks"]:
+            x = reference.block(x, bw, n_head)
+        return reference.rmsnorm(x, w["ln_f"]) @ w["tok_emb"].T
+
+    msg = capstone.check_gpt_forward(forward).message
+    assert msg.startswith("✗ forward: the first tensor that differs is 'logits'")
+    assert "likely slip in forward: the head used the token table" in msg
+
+
+def test_wrong_shape_names_both_shapes():
+    def forward(w, idx, n_head):
+        return reference.forward(w, idx, n_head)[:, :, :-1]
+
+    msg = capstone.check_gpt_forward(forward).message
+    assert "'logits'" in msg
+    assert "expected shape [3, 8, 27], got [3, 8, 26]; the shapes differ" in msg
+
+
+def test_an_inline_forward_is_compared_at_the_logits_and_says_what_it_could_not_see():
+    def inline(w, idx, n_head):  # calls no piece by name, and forgets the final norm's gain
+        x = w["tok_emb"][idx] + w["pos_emb"][: idx.shape[1]]
+        x = reference.block(x, w["blocks"][0], n_head)
+        x = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return x @ w["lm_head"].T
+
+    msg = capstone.check_gpt_forward(inline).message
+    assert msg.startswith("✗ forward: the first tensor that differs is 'logits'")
+    assert "(your forward called embed 0 time(s), the model has 1" in msg
+
+
+def test_a_piece_raising_names_the_piece():
+    def mlp(x, w_fc, w_proj):
+        return torch.relu(x @ w_fc) @ w_proj.T  # [B, n, d] @ [4d, d]
+
+    msg = capstone.check_gpt_forward(capstone.forward_with_pieces(mlp=mlp)).message
+    assert msg.startswith("✗ forward: mlp raised RuntimeError")
+    assert "x @ W.T" in msg
+
+
+# --- running a forward ----------------------------------------------------------------------------
+
+
+def test_reference_forward_gives_the_librarys_validation_loss(model, weights):
+    val = load_corpus("names").val
+    mine = capstone.estimate_forward_loss(reference.forward, weights, val, model.cfg.n_head)
+    assert abs(mine - estimate_loss(model, val)) < 1e-5
+
+
+def test_bad_names_are_refused():
+    with pytest.raises(ValueError, match="unknown piece.*the pieces are embed"):
+        capstone.forward_with_pieces(softmax=torch.softmax)
+    with pytest.raises(ValueError, match="unknown slip 'typo'; choose one of no positions"):
+        capstone.planted_slip("typo")
+
+
+def test_reexported_from_package():
+    assert exercises.check_gpt_forward is capstone.check_gpt_forward
+    assert "check_gpt_attention" in exercises.__all__
+    assert exercises.mlp is not capstone.mlp  # the chapter-06 submodule is not shadowed

@@ -23,7 +23,7 @@ from playwright.sync_api import expect
 from gptlib import widgets
 from gptlib.checkpoint import load_asset
 
-NOTEBOOK = "10_generation.ipynb"
+NOTEBOOK = "11_generation.ipynb"
 EXPLORER = ".gptlib-temperature-explorer"
 # What the notebook's explorer cell builds: widgets.temperature_explorer(model, tok, ".", 10, 0).
 NUM_SAMPLES, SEED = 10, 0

@@ -22,6 +22,9 @@ FIGSIZE = (6.0, 3.6)  # one compact size for every single-panel figure in the co
 PANEL = 2.4  # inches per panel in a grid of attention maps
 MAX_GRID_COLUMNS = 4  # a single row of more heads than this wraps onto several rows
 HIGHLIGHT = "tab:orange"
+# Reference lines in loss plots: each its own colour and dash, never the grey of ln V.
+BASELINE_COLORS = ("tab:green", "tab:red", "tab:purple", "tab:brown")
+BASELINE_STYLES = ("--", "-.", ":", (0, (5, 1)))
 PLAIN = "tab:blue"
 
 
@@ -356,8 +359,13 @@ def _draw_loss(ax: Axes, history, vocab_size=None, title="Training loss", baseli
             linewidth=1,
             label="uniform guess ln V",
         )
-    for label, y in (baseline or {}).items():
-        ax.axhline(float(y), linestyle="--", color="tab:green", linewidth=1, label=label)
+    baselines = dict(baseline or {})
+    if len(baselines) > len(BASELINE_COLORS):
+        raise ValueError(f"at most {len(BASELINE_COLORS)} baselines, got {len(baselines)}")
+    for (label, y), color, style in zip(
+        baselines.items(), BASELINE_COLORS, BASELINE_STYLES, strict=False
+    ):
+        ax.axhline(float(y), linestyle=style, color=color, linewidth=1.2, label=f"{label} {y:.2f}")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy loss (nats per token)")
     ax.set_title(title + (" (interrupted)" if getattr(history, "interrupted", False) else ""))
@@ -518,9 +526,6 @@ def plot_embeddings_2d(weight, labels: Sequence[str], title: str | None = None) 
     ax.set_title(title or f"Embedding table [{w.size(0)}, {w.size(1)}] projected to 2-D (PCA)")
     ax.grid(alpha=0.3)
     return fig
-
-
-BASELINE_COLORS = ("tab:green", "tab:red", "tab:purple", "tab:brown")
 
 
 def plot_ladder(

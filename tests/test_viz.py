@@ -196,7 +196,7 @@ def test_curves_and_bars_carry_their_data():
 
 def test_loss_plot_lines_uniform_guess_and_baseline():
     h = _history()
-    fig = viz.plot_loss(h, vocab_size=27, baseline={"bigram": 2.45})
+    fig = viz.plot_loss(h, vocab_size=27, baseline={"bigram": 2.45, "unigram": 2.81})
     ax = fig.axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
     np.testing.assert_array_equal(lines["train"].get_xdata(), h.step)
@@ -206,7 +206,12 @@ def test_loss_plot_lines_uniform_guess_and_baseline():
     uniform = lines["uniform guess ln V"]
     assert uniform.get_linestyle() == "--"
     assert uniform.get_ydata()[0] == pytest.approx(math.log(27))
-    assert lines["bigram"].get_ydata()[0] == 2.45
+    bigram, unigram = lines["bigram 2.45"], lines["unigram 2.81"]
+    assert bigram.get_ydata()[0] == 2.45 and unigram.get_ydata()[0] == 2.81
+    colours = {to_hex(line.get_color()) for line in (uniform, bigram, unigram)}
+    assert len(colours) == 3  # every reference line has its own colour
+    with pytest.raises(ValueError, match="at most 4 baselines"):
+        viz.plot_loss(h, baseline={str(i): 1.0 for i in range(5)})
     assert ax.get_title() == "Training loss"
     assert ax.get_xlabel() == "step" and "nats" in ax.get_ylabel()
     h.interrupted = True

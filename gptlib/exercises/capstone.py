@@ -1025,7 +1025,7 @@ def estimate_forward_loss(
     tokens: torch.Tensor,
     n_head: int,
     batch_size: int = 32,
-    n_batches: int = 20,
+    n_batches: int = 50,
     seed: int = 1234,
 ) -> float:
     """`gptlib.train.estimate_loss` for a forward function: the same windows (same seed, same

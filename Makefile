@@ -24,7 +24,9 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The tang300 corpus comes from Debian's fortunes-zh package; installed like Chromium below.
 unit: install
+	bash tests/install_fortunes_zh.sh
 	$(ONE_THREAD) MPLBACKEND=Agg $(PY) -m pytest -q -n 2 tests --ignore=tests/browser
 
 NBVAL := $(PY) -m pytest -q -n 2 --dist loadscope --nbval --nbval-sanitize-with notebooks/sanitize.cfg
@@ -60,6 +62,8 @@ assets: install
 benchmark: install
 	$(PY) benchmarks/train_throughput.py
 	$(PY) benchmarks/generate_speed.py
+	$(PY) benchmarks/bpe_speed.py
+	$(PY) benchmarks/gpt2_vs_hf.py
 
 clean:
 	rm -rf $(VENV) runs

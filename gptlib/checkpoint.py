@@ -37,6 +37,7 @@ class Checkpoint:
     history: History | None = None
     optimizer_state: dict | None = None
     extra: dict | None = None
+    training: dict | None = None  # what `--resume` needs: settings, schedule, corpus, RNG states
 
 
 def save_checkpoint(
@@ -47,6 +48,7 @@ def save_checkpoint(
     step: int | None = None,
     history: History | None = None,
     extra: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
 ) -> None:
     path = os.fspath(path)
     payload = {
@@ -59,6 +61,7 @@ def save_checkpoint(
         "step": step,
         "history": history.to_dict() if history is not None else None,
         "extra": extra or {},
+        "training": training,
     }
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -119,7 +122,27 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
         history=history,
         optimizer_state=payload.get("optimizer"),
         extra=payload.get("extra"),
+        training=payload.get("training"),
     )
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise now, before any training, if a checkpoint could not be written to `path` later:
+    its folder must exist or be creatable, and must accept a new file."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"--out {path!r} is a folder; give a file name such as {path}/model.pt")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise ValueError(
+            f"cannot write the checkpoint {path!r}: folder {folder!r} cannot be created or "
+            f"written ({e.strerror or e}); pass --out with a path in a writable folder"
+        ) from None
 
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")

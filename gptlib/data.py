@@ -1,9 +1,13 @@
-"""Corpora that need no download, a deterministic train/val split, and random training windows."""
+"""Corpora that need no download, a reader's own files, a deterministic train/val split, and
+random training windows."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
+import re
+import statistics
 from dataclasses import dataclass
 from importlib import resources
 
@@ -26,6 +30,33 @@ def load_names() -> list[str]:
 def load_surnames() -> list[str]:
     """The 88,799 distinct US-census surnames from the same package, lower-case, sorted."""
     return sorted(set(_names_file("dist.all.last")))
+
+
+# The 300 Tang poems of Debian's `fortunes-zh` package (a fortune(6) file: `%` between poems).
+TANG300_PATH = "/usr/share/games/fortunes/tang300"
+TANG300_INSTALL = "sudo apt-get install fortunes-zh"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the terminal colour codes fortune prints titles with
+
+
+def load_tang300(path: str | os.PathLike | None = None) -> list[str]:
+    """The Tang poems, one document per poem, in file order: `《title》author` as the first line,
+    then the poem's lines (colour codes removed). `path` defaults to TANG300_PATH."""
+    path = os.fspath(path) if path is not None else TANG300_PATH
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"the Tang poem corpus {path!r} is not installed; it comes with Debian's fortunes-zh "
+            f"package: run `{TANG300_INSTALL}` once (or give a UTF-8 text file with --data PATH)"
+        )
+    with open(path, encoding="utf-8") as f:
+        text = _ANSI.sub("", f.read())
+    poems = []
+    for entry in text.split("\n%\n"):
+        lines = [line.strip() for line in entry.strip("%\n").splitlines() if line.strip()]
+        if len(lines) < 3:
+            continue
+        title, author = lines[0], lines[1].removeprefix("作者：")
+        poems.append("\n".join([title + author, *lines[2:]]))
+    return poems
 
 
 def load_text(path: str | os.PathLike) -> str:
@@ -56,10 +87,35 @@ class Corpus:
     train: torch.Tensor
     val: torch.Tensor
     documents: list[str] | None = None  # the training documents, for document corpora
+    reading: str = "documents"  # documents (built-in) | lines (one per line) | text (running)
+    reason: str = ""  # one line saying what was read and why
 
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
+
+    def fingerprint(self) -> str:
+        """A short hash of the vocabulary and both token streams: equal fingerprints, same data."""
+        h = hashlib.sha256(repr(self.tokenizer.to_dict()).encode())
+        for stream in (self.train, self.val):
+            h.update(stream.to(torch.int64).cpu().numpy().tobytes())
+            h.update(b"|")
+        return h.hexdigest()[:16]
+
+    def check_fits(self, block_size: int) -> None:
+        """Raise before training when a window of `block_size` cannot be drawn from the data."""
+        n_train, n_val = self.train.numel(), self.val.numel()
+        if n_train < block_size + 1:
+            raise ValueError(
+                f"corpus {self.name!r} has {n_train:,} training tokens, but a window of "
+                f"block_size={block_size} needs at least {block_size + 1}; use a longer text or "
+                f"--block-size {max(1, n_train - 1)} or less"
+            )
+        if n_val < 3:
+            raise ValueError(
+                f"corpus {self.name!r} leaves {n_val} token(s) for validation, fewer than the 3 "
+                "a validation window needs; use a longer text"
+            )
 
 
 def encode_documents(documents: list[str], tokenizer: CharTokenizer) -> torch.Tensor:
@@ -84,24 +140,109 @@ def split_documents(documents: list[str], val_fraction: float = 0.1, seed: int =
     return docs[n_val:], docs[:n_val]
 
 
-def load_corpus(source: str = "names", val_fraction: float = 0.1, seed: int = 0) -> Corpus:
-    """`names`, `surnames`, or the path of a UTF-8 text file (split 90/10 by position)."""
-    if source in ("names", "surnames"):
-        documents = load_names() if source == "names" else load_surnames()
-        tokenizer = CharTokenizer.from_documents(documents)
-        train_docs, val_docs = split_documents(documents, val_fraction, seed)
-        return Corpus(
-            source,
-            tokenizer,
-            encode_documents(train_docs, tokenizer),
-            encode_documents(val_docs, tokenizer),
-            documents=train_docs,
+BUILT_IN = ("names", "surnames", "tang300")
+READINGS = ("auto", "lines", "text")
+# A file reads as one item per line when it has no blank line and its median line is this short:
+# names, words and titles are far shorter, hard-wrapped prose (65-80 characters) is longer.
+MAX_MEDIAN_LINE = 50
+
+
+def detect_reading(text: str) -> tuple[str, str]:
+    """("lines" | "text", why): one document per line, or running text."""
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    blank = sum(1 for line in lines if not line.strip())
+    if len(lines) < 2:
+        return "text", "a single line"
+    if blank:
+        return "text", f"{blank:,} blank line(s) between paragraphs"
+    median = statistics.median(len(line) for line in lines)
+    if median > MAX_MEDIAN_LINE:
+        return "text", f"median line of {median:g} characters, more than {MAX_MEDIAN_LINE}"
+    return "lines", (
+        f"{len(lines):,} lines, no blank line, median line of {median:g} characters "
+        f"(at most {MAX_MEDIAN_LINE})"
+    )
+
+
+def _bos_symbol(documents: list[str]) -> str:
+    """`.` as in the names corpus, unless the documents use it; then a symbol they do not use."""
+    used = set("".join(documents))
+    for symbol in (".", "\n", "|", "~", "\x00"):
+        if symbol not in used:
+            return symbol
+    raise ValueError("the documents use every candidate BOS symbol (. newline | ~ NUL)")
+
+
+def document_corpus(
+    name: str, documents: list[str], val_fraction: float = 0.1, seed: int = 0, **kw
+) -> Corpus:
+    """Documents separated by BOS; a shuffled, seeded, document-level train/val split."""
+    if len(documents) < 2:
+        raise ValueError(
+            f"corpus {name!r} has {len(documents)} document(s); a train/val split needs at least 2"
         )
+    tokenizer = CharTokenizer.from_documents(documents, bos=_bos_symbol(documents))
+    train_docs, val_docs = split_documents(documents, val_fraction, seed)
+    return Corpus(
+        name,
+        tokenizer,
+        encode_documents(train_docs, tokenizer),
+        encode_documents(val_docs, tokenizer),
+        documents=train_docs,
+        **kw,
+    )
+
+
+def load_corpus(
+    source: str = "names", val_fraction: float = 0.1, seed: int = 0, reading: str = "auto"
+) -> Corpus:
+    """`names`, `surnames`, `tang300`, or the path of a UTF-8 text file.
+
+    A file is read either as one document per line (each non-blank line a document, BOS between
+    them, split by document like `names`) or as running text (split 90/10 by position).
+    `reading="auto"` picks one with `detect_reading`; `"lines"` / `"text"` force it.
+    """
+    if reading not in READINGS:
+        raise ValueError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
+    if source in BUILT_IN:
+        if source == "tang300":
+            documents = load_tang300()
+            why = f"{len(documents)} Tang poems from {TANG300_PATH}, one document per poem"
+        else:
+            documents = load_names() if source == "names" else load_surnames()
+            kind = "first names" if source == "names" else "surnames"
+            why = f"{len(documents):,} US-census {kind}, one document per name"
+        return document_corpus(source, documents, val_fraction, seed, reason=why)
     text = load_text(source)
+    name = os.path.basename(os.fspath(source))
+    if reading == "auto":
+        reading, why = detect_reading(text)
+        other = (
+            "--format text reads it as running text"
+            if reading == "lines"
+            else ("--format lines reads each line as a document")
+        )
+        why = f"{why}; {other}"
+    else:
+        why = f"as --format {reading} asks"
+    if reading == "lines":
+        documents = [line.strip() for line in text.splitlines() if line.strip()]
+        return document_corpus(
+            name,
+            documents,
+            val_fraction,
+            seed,
+            reading="lines",
+            reason=f"one document per line, {why}",
+        )
     tokenizer = CharTokenizer.from_text(text)
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     cut = int(len(ids) * (1 - val_fraction))
-    return Corpus(os.path.basename(os.fspath(source)), tokenizer, ids[:cut], ids[cut:])
+    return Corpus(
+        name, tokenizer, ids[:cut], ids[cut:], reading="text", reason=f"running text, {why}"
+    )
 
 
 def sample_batch(

@@ -1,4 +1,5 @@
-"""Which device to run on: cuda, then mps, then cpu, unless told otherwise."""
+"""Which device to run on (cuda, then mps, then cpu, unless told otherwise) and in which
+number format the training forward pass runs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import os
 import torch
 
 ENV_VAR = "GPTLIB_DEVICE"
+
+# `--dtype`: float32 runs as is; bfloat16 runs the forward pass under torch.autocast (matmuls in
+# bfloat16, reductions and the weights in float32), a GPU's fast path. None means no autocast.
+DTYPES: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16}
 
 
 def choose_device(requested: str | None = None) -> torch.device:

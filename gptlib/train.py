@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -92,7 +92,7 @@ def estimate_loss(
     model: GPT,
     tokens: torch.Tensor,
     batch_size: int = 32,
-    n_batches: int = 20,
+    n_batches: int = 50,
     seed: int = 1234,
 ) -> float:
     """Mean loss over `n_batches` random windows drawn with a fixed seed (same windows each call)."""
@@ -132,8 +132,23 @@ def train(
     history: History | None = None,
     callback: StepCallback | None = None,
     start_step: int = 0,
+    total_steps: int | None = None,
+    generators: Sequence[torch.Generator] | None = None,
+    forward: torch.nn.Module | None = None,
+    autocast_dtype: torch.dtype | None = None,
 ) -> History:
     """Train `model` on random windows of `tokens` and return the History.
+
+    Steps `start_step .. start_step + steps - 1` are run; the learning-rate schedule spans
+    `total_steps` (default: start_step + steps), so a run stopped early and continued from its
+    checkpoint follows the schedule it started with.
+
+    `generators` draw the windows (default: one, seeded with `seed`); with several, each draws
+    `batch_size` windows and the step trains on all of them: the global batch of a run whose
+    processes each hold one of the generators. Pass them in to keep their state afterwards.
+    `forward` is the module that runs the training forward pass, a DistributedDataParallel or
+    torch.compile wrapper of `model` (default: `model` itself); `autocast_dtype` (e.g.
+    torch.bfloat16) runs it under autocast.
 
     A non-finite loss raises RuntimeError naming the step; Ctrl-C stops cleanly and returns the
     history so far (with `interrupted=True`). Same model init + same seed -> same history.
@@ -150,20 +165,29 @@ def train(
     opt = optimizer or make_optimizer(model, max_lr, weight_decay)
     hist = history if history is not None else History()
     hist.clip = clip
-    g = torch.Generator().manual_seed(seed)
+    hist.interrupted = False
+    gens = list(generators) if generators else [torch.Generator().manual_seed(seed)]
+    total = start_step + steps if total_steps is None else total_steps
+    run = forward if forward is not None else model
     model.train()
     try:
         for step in range(start_step, start_step + steps):
-            lr = learning_rate(step, max_lr, warmup, start_step + steps, schedule, min_lr)
+            lr = learning_rate(step, max_lr, warmup, total, schedule, min_lr)
             for group in opt.param_groups:
                 group["lr"] = lr
-            idx, labels = sample_batch(tokens, batch_size, block, g, device)
+            windows = [sample_batch(tokens, batch_size, block, g, device) for g in gens]
+            idx = torch.cat([w[0] for w in windows]) if len(gens) > 1 else windows[0][0]
+            labels = torch.cat([w[1] for w in windows]) if len(gens) > 1 else windows[0][1]
             if not (labels[:, 1:] != IGNORE_INDEX).any():
                 raise ValueError(
                     f"step {step}: every label in the batch is ignored (-100), so the mean loss "
                     "would be 0/0 = NaN; check the padding / masking of the labels"
                 )
-            _, loss = model(idx, labels)
+            if autocast_dtype is not None:
+                with torch.autocast(device.type, dtype=autocast_dtype):
+                    _, loss = run(idx, labels)
+            else:
+                _, loss = run(idx, labels)
             if not torch.isfinite(loss):
                 raise RuntimeError(
                     f"step {step}: the loss became {loss.item()} at lr={lr:.2e}. Lower max_lr by "

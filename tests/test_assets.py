@@ -7,7 +7,7 @@ import re
 import pytest
 
 from gptlib.checkpoint import ASSETS, load_asset
-from gptlib.data import load_corpus
+from gptlib.data import TANG300_PATH, load_corpus
 from gptlib.train import estimate_loss
 
 
@@ -21,19 +21,21 @@ def _readme_figures() -> dict[str, float]:
 
 
 FIGURES = _readme_figures()
+NAMES_ASSETS = sorted(f for f in FIGURES if f.startswith("names-"))
 
 
 def test_readme_lists_every_asset():
     on_disk = sorted(f for f in os.listdir(ASSETS) if f.endswith(".pt"))
     assert sorted(FIGURES) == on_disk
-    assert {f"names-microgpt-h{h}.pt" for h in (1, 2, 4, 8, 16)} | {"names-textbook.pt"} == set(
-        on_disk
-    )
+    assert {f"names-microgpt-h{h}.pt" for h in (1, 2, 4, 8, 16)} | {
+        "names-textbook.pt",
+        "tang300-small.pt",
+    } == set(on_disk)
     total = sum(os.path.getsize(os.path.join(ASSETS, f)) for f in on_disk)
-    assert total < 5_000_000
+    assert total < 6_000_000
 
 
-@pytest.mark.parametrize("name", sorted(FIGURES))
+@pytest.mark.parametrize("name", NAMES_ASSETS)
 def test_asset_reaches_its_stated_val_loss(name):
     ck = load_asset(name)
     corpus = load_corpus("names")
@@ -42,3 +44,24 @@ def test_asset_reaches_its_stated_val_loss(name):
     assert val == pytest.approx(FIGURES[name], abs=2e-3)
     assert val < 2.376 - 0.2  # clearly better than the bigram baseline (2.3756)
     assert ck.optimizer_state is None  # weights, config and history only: small files
+
+
+def test_tang300_asset_without_the_corpus():
+    """What the chapters show needs only the file: vocabulary, tied head, parameter count."""
+    ck = load_asset("tang300-small.pt")
+    assert ck.tokenizer.vocab_size == 2579 and ck.tokenizer.bos == "|"
+    assert ck.model.lm_head.weight is ck.model.tok_emb.weight
+    assert ck.model.num_parameters() == 268_096 and ck.optimizer_state is None
+    assert ck.extra["val_loss"] == pytest.approx(FIGURES["tang300-small.pt"], abs=1e-4)
+
+
+@pytest.mark.skipif(
+    not os.path.exists(TANG300_PATH), reason=f"{TANG300_PATH} missing: apt-get install fortunes-zh"
+)
+def test_tang300_asset_reaches_its_stated_val_loss():
+    ck = load_asset("tang300-small.pt")
+    corpus = load_corpus("tang300")
+    assert ck.tokenizer == corpus.tokenizer
+    val = estimate_loss(ck.model, corpus.val, n_batches=50)
+    assert val == pytest.approx(FIGURES["tang300-small.pt"], abs=2e-3)
+    assert val < 6.8632 - 1.0  # far better than the bigram baseline on the same poems

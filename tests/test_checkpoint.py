@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from gptlib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from gptlib.checkpoint import CheckpointError, check_writable, load_checkpoint, save_checkpoint
 from gptlib.model import GPT
 from gptlib.tokenizer import CharTokenizer
 from gptlib.train import History, make_optimizer, train
@@ -95,3 +95,34 @@ def test_history_survives(tmp_path, trained):
     h = History(step=[0, 1], lr=[1.0, 2.0], loss=[3.0, 2.5], grad_norm=[1.0, 1.0], interrupted=True)
     save_checkpoint(tmp_path / "c.pt", model, tok, history=h)
     assert load_checkpoint(tmp_path / "c.pt").history == h
+
+
+def test_training_record_survives(tmp_path, trained):
+    model, tok, opt, hist = trained
+    g = torch.Generator().manual_seed(7)
+    record = {"settings": {"seed": 7}, "rng": {"batches": [g.get_state()]}}
+    save_checkpoint(tmp_path / "c.pt", model, tok, opt, 3, hist, training=record)
+    ck = load_checkpoint(tmp_path / "c.pt")
+    assert ck.training["settings"] == {"seed": 7}
+    g2 = torch.Generator()
+    g2.set_state(ck.training["rng"]["batches"][0])
+    assert torch.equal(torch.rand(3, generator=g2), torch.rand(3, generator=g))
+    save_checkpoint(tmp_path / "d.pt", model, tok)
+    assert load_checkpoint(tmp_path / "d.pt").training is None
+
+
+def test_check_writable_before_any_training(tmp_path):
+    check_writable(tmp_path / "new" / "deeper" / "m.pt")  # folders that can be created are fine
+    assert os.path.isdir(tmp_path / "new" / "deeper")
+    assert os.listdir(tmp_path / "new" / "deeper") == []  # the probe file is gone
+    with pytest.raises(ValueError, match="is a folder"):
+        check_writable(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match=r"cannot write the checkpoint .*file/m.pt.*--out"):
+        check_writable(blocker / "m.pt")  # its "folder" is a file: cannot be created
+    if os.geteuid() != 0:  # root writes anywhere, so a read-only folder only stops others
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        with pytest.raises(ValueError, match="cannot be created or written"):
+            check_writable(ro / "m.pt")

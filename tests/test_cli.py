@@ -1,10 +1,17 @@
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 
+import gptlib.cli
+import gptlib.data
 from gptlib.checkpoint import load_checkpoint
 from gptlib.cli import main
+from gptlib.data import load_names
+
+QUICK = ["--preset", "microgpt", "--batch-size", "4", "--no-progress", "--device", "cpu"]
 
 
 def test_train_then_sample_end_to_end(tmp_path, capsys):
@@ -44,6 +51,8 @@ def test_text_file_training(tmp_path, capsys):
             "train",
             "--data",
             str(text),
+            "--format",
+            "text",
             "--preset",
             "microgpt",
             "--steps",
@@ -104,3 +113,190 @@ def test_errors_from_the_library_are_short(tmp_path):
         text=True,
     )
     assert res.returncode == 2 and "none.txt" in res.stderr and "Traceback" not in res.stderr
+
+
+def _train(tmp_path, name, *extra, samples="0"):
+    out = tmp_path / name
+    main(["train", *QUICK, "--samples", samples, "--out", str(out), *extra])
+    return out
+
+
+def test_one_item_per_line_file_trains_as_documents(tmp_path, capsys):
+    names = tmp_path / "names.txt"
+    names.write_text("\n".join(load_names()[:400]) + "\n", encoding="utf-8")
+    _train(tmp_path, "n.pt", "--data", str(names), "--steps", "3", samples="4")
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith("data names.txt: one document per line, 400 lines")
+    assert "--format text" in first
+    samples = out.split("samples (temperature 1.0):\n")[1].splitlines()
+    assert len(samples) == 4 and "---" not in out
+    assert all(set(s) <= set("abcdefghijklmnopqrstuvwxyz") for s in samples)
+    _train(tmp_path, "t.pt", "--data", str(names), "--steps", "1", "--format", "text")
+    assert "running text, as --format text asks" in capsys.readouterr().out
+
+
+def test_summary_says_better_or_worse_with_a_positive_number(tmp_path, capsys):
+    _train(tmp_path, "w.pt", "--steps", "1")  # one step: far worse than the bigram model
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("bigram")][0]
+    m = re.search(r"model is (\d+\.\d{4}) nats (better|worse)\)", line)
+    assert m and m[2] == "worse" and float(m[1]) > 0.5
+
+
+def _fails_before_training(argv, capsys, message):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    captured = capsys.readouterr()
+    assert e.value.code == 2 and re.search(message, captured.err)
+    assert captured.out == ""  # nothing printed, nothing trained
+    return captured.err
+
+
+def test_checks_fail_before_training(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = str(blocker / "m.pt")
+    _fails_before_training(
+        ["train", *QUICK, "--steps", "5000", "--out", out], capsys, "cannot write the checkpoint"
+    )
+    short = tmp_path / "short.txt"
+    short.write_text("a tiny text, twenty-nine chars", encoding="utf-8")
+    _fails_before_training(
+        ["train", "--data", str(short), "--no-progress", "--out", str(tmp_path / "s.pt")],
+        capsys,
+        r"block_size=64 needs at least 65; use a longer text or --block-size 26",
+    )
+    _fails_before_training(
+        ["train", *QUICK, "--n-head", "3", "--out", str(tmp_path / "h.pt")],
+        capsys,
+        "not divisible by n_head=3",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "short.txt"]
+
+
+def test_tang300_missing_says_how_to_install(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(gptlib.data, "TANG300_PATH", str(tmp_path / "tang300"))
+    _fails_before_training(
+        ["train", "--data", "tang300", "--out", str(tmp_path / "z.pt")],
+        capsys,
+        r"tang300.*is not installed.*apt-get install fortunes-zh",
+    )
+
+
+def _weights(path):
+    return load_checkpoint(path).model.state_dict()
+
+
+def _assert_same_run(a, b, same_evals=True):
+    ca, cb = load_checkpoint(a), load_checkpoint(b)
+    assert ca.step == cb.step and ca.history.step == cb.history.step
+    assert ca.history.loss == pytest.approx(cb.history.loss, abs=1e-6)
+    if same_evals:
+        assert ca.history.val_step == cb.history.val_step
+        assert ca.history.val_loss == pytest.approx(cb.history.val_loss, abs=1e-6)
+    wa, wb = ca.model.state_dict(), cb.model.state_dict()
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-6
+
+
+def test_resume_continues_the_same_run(tmp_path, capsys, monkeypatch):
+    common = ["--steps", "8", "--eval-every", "3", "--warmup", "3"]
+    whole = _train(tmp_path, "whole.pt", *common)
+
+    # Stop the same run (cosine schedule over 8 steps) after 5 steps, as Ctrl-C would.
+    real_train = gptlib.cli.train
+
+    def interrupted(*args, callback=None, **kw):
+        def stop(hist):
+            callback(hist)
+            if len(hist) == 5:
+                raise KeyboardInterrupt
+
+        return real_train(*args, callback=stop, **kw)
+
+    monkeypatch.setattr(gptlib.cli, "train", interrupted)
+    part = _train(tmp_path, "part.pt", *common)
+    monkeypatch.setattr(gptlib.cli, "train", real_train)
+    assert (
+        load_checkpoint(part).step == 5 and "interrupted at step 5 of 8" in capsys.readouterr().out
+    )
+
+    main(
+        [
+            "train",
+            "--resume",
+            str(part),
+            "--no-progress",
+            "--samples",
+            "0",
+            "--out",
+            str(tmp_path / "r.pt"),
+        ]
+    )
+    assert f"resuming {part} at step 5 of 8" in capsys.readouterr().out
+    _assert_same_run(whole, tmp_path / "r.pt")
+
+    # A finished run continues too; with a constant schedule the rate does not depend on the total.
+    const = ["--schedule", "constant", "--warmup", "2"]
+    six = _train(tmp_path, "six.pt", "--steps", "6", *const)
+    three = _train(tmp_path, "three.pt", "--steps", "3", *const)
+    main(
+        [
+            "train",
+            "--resume",
+            str(three),
+            "--steps",
+            "6",
+            "--no-progress",
+            "--samples",
+            "0",
+            "--out",
+            str(tmp_path / "r6.pt"),
+        ]
+    )
+    _assert_same_run(six, tmp_path / "r6.pt", same_evals=False)  # 3 ended with an evaluation
+
+
+def test_resume_refuses_other_data_or_shape(tmp_path, capsys):
+    ck = str(_train(tmp_path, "a.pt", "--steps", "2"))
+    capsys.readouterr()
+    out = ["--out", str(tmp_path / "b.pt"), "--steps", "4"]
+    _fails_before_training(
+        ["train", "--resume", ck, "--data", "surnames", *out],
+        capsys,
+        "cannot resume .* on different data",
+    )
+    _fails_before_training(
+        ["train", "--resume", ck, "--n-embd", "32", *out],
+        capsys,
+        r"different model shape: it has n_embd=16, the command asks for n_embd=32",
+    )
+    _fails_before_training(
+        ["train", "--resume", ck, "--preset", "textbook", *out], capsys, "different model shape"
+    )
+    _fails_before_training(
+        ["train", "--resume", ck, "--out", str(tmp_path / "b.pt")],
+        capsys,
+        "already at step 2 of its 2",
+    )
+    slim = str(_train(tmp_path, "slim.pt", "--steps", "2", "--no-optimizer-state"))
+    capsys.readouterr()
+    _fails_before_training(["train", "--resume", slim, *out], capsys, "--no-optimizer-state")
+    assert not (tmp_path / "b.pt").exists()
+
+
+def test_compile_and_bfloat16_flags(tmp_path, capsys, monkeypatch):
+    # Inductor would compile C++ for minutes on a CPU; the eager backend still traces the model.
+    real_compile = torch.compile
+    calls = []
+
+    def eager_compile(module, **kw):
+        calls.append(type(module).__name__)
+        return real_compile(module, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", eager_compile)
+    out = _train(tmp_path, "c.pt", "--steps", "2", "--compile", "--dtype", "bfloat16")
+    assert calls == ["GPT"]
+    ck = load_checkpoint(out)
+    assert not any(k.startswith("_orig_mod") for k in ck.model.state_dict())
+    assert all(p.dtype == torch.float32 for p in ck.model.parameters())
+    assert ck.step == 2

@@ -1,7 +1,19 @@
+import os
+
 import pytest
 import torch
 
-from gptlib.data import load_corpus, load_names, load_surnames, sample_batch
+from gptlib.data import (
+    TANG300_PATH,
+    detect_reading,
+    load_corpus,
+    load_names,
+    load_surnames,
+    load_tang300,
+    sample_batch,
+)
+
+HAS_TANG300 = os.path.exists(TANG300_PATH)
 
 
 def test_names_corpus_mirrors_microgpt():
@@ -33,8 +45,8 @@ def test_split_is_deterministic_and_disjoint():
 def test_text_file_corpus(tmp_path):
     path = tmp_path / "input.txt"
     path.write_text("hello world\nhello torch\n" * 10, encoding="utf-8")
-    corpus = load_corpus(str(path))
-    assert corpus.tokenizer.bos is None
+    corpus = load_corpus(str(path), reading="text")
+    assert corpus.tokenizer.bos is None and corpus.reading == "text"
     assert corpus.train.numel() + corpus.val.numel() == len(path.read_text())
     assert corpus.tokenizer.decode(corpus.train[:11].tolist()) == "hello world"
 
@@ -66,3 +78,94 @@ def test_sample_batch_rejects_short_corpus():
         sample_batch(torch.arange(8), 2, 8)
     idx, _ = sample_batch(torch.arange(9), 2, 8)  # exactly block_size + 1 is enough
     assert torch.equal(idx[0], torch.arange(8))
+
+
+def test_one_name_per_line_reads_like_the_names_corpus(tmp_path):
+    path = tmp_path / "names.txt"
+    path.write_text("\n".join(load_names()) + "\n", encoding="utf-8")  # sorted, one per line
+    corpus, names = load_corpus(str(path)), load_corpus("names")
+    assert corpus.reading == "lines" and "5,163 lines" in corpus.reason
+    assert "--format text" in corpus.reason  # says how to read it the other way
+    # the same documents, the same seeded shuffle: the very token streams of the built-in corpus
+    assert corpus.tokenizer == names.tokenizer
+    assert torch.equal(corpus.train, names.train) and torch.equal(corpus.val, names.val)
+    # validation names come from the whole alphabet, not from the end of the sorted file
+    val = corpus.tokenizer.decode(corpus.val.tolist()).strip(".").split(".")
+    assert len({n[0] for n in val}) > 20
+    forced = load_corpus(str(path), reading="text")
+    assert forced.reading == "text" and forced.tokenizer.bos is None
+
+
+@pytest.mark.parametrize(
+    "text, reading, why",
+    [
+        ("emma\nolivia\nava\n", "lines", "3 lines"),
+        ("emma\r\nolivia\r\n", "lines", "2 lines"),
+        ("one paragraph.\n\nanother one.\n", "text", "1 blank line"),
+        ("x" * 70 + "\n" + "y" * 60 + "\n", "text", "median line of 65 characters"),
+        ("a single line without newline", "text", "a single line"),
+    ],
+)
+def test_detect_reading(text, reading, why):
+    got, reason = detect_reading(text)
+    assert got == reading and why in reason
+
+
+def test_lines_reading_picks_a_bos_the_data_does_not_use(tmp_path):
+    path = tmp_path / "titles.txt"
+    path.write_text("St. Louis\nNew York\nSan Jose\nLos Angeles\n", encoding="utf-8")
+    corpus = load_corpus(str(path))
+    assert corpus.reading == "lines" and corpus.tokenizer.bos == "\n"
+    n_docs = int((corpus.train == corpus.tokenizer.bos_id).sum()) - 1
+    n_docs += int((corpus.val == corpus.tokenizer.bos_id).sum()) - 1
+    assert n_docs == 4
+    with pytest.raises(ValueError, match="reading must be one of"):
+        load_corpus(str(path), reading="csv")
+
+
+def test_check_fits_before_training(tmp_path):
+    path = tmp_path / "short.txt"
+    path.write_text("abcdefghijklmnopqrstuvwxyz1234", encoding="utf-8")
+    corpus = load_corpus(str(path))
+    assert (corpus.train.numel(), corpus.val.numel()) == (27, 3)
+    corpus.check_fits(26)
+    with pytest.raises(ValueError, match=r"27 training tokens.*block_size=32.*--block-size 26"):
+        corpus.check_fits(32)
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("abcdefghij", encoding="utf-8")
+    with pytest.raises(ValueError, match="1 token.*validation"):
+        load_corpus(str(tiny)).check_fits(4)
+
+
+def test_fingerprint_tells_corpora_apart(tmp_path):
+    names = load_corpus("names")
+    assert names.fingerprint() == load_corpus("names").fingerprint()
+    assert names.fingerprint() != load_corpus("names", seed=1).fingerprint()
+
+
+def test_missing_tang300_names_the_file_and_the_install(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nowhere/tang300.*apt-get install fortunes-zh"):
+        load_tang300(tmp_path / "nowhere" / "tang300")
+
+
+def test_tang300_parses_a_fortune_file(tmp_path):
+    path = tmp_path / "tang300"
+    path.write_text(
+        "\x1b[32m《静夜思》\x1b[m\n\x1b[33m作者：李白\x1b[m\n床前明月光，疑是地上霜。\n举头望明月，低头思故乡。\n%\n"
+        "\x1b[32m《登鹳雀楼》\x1b[m\n\x1b[33m作者：王之涣\x1b[m\n白日依山尽，黄河入海流。\n%\n",
+        encoding="utf-8",
+    )
+    poems = load_tang300(path)
+    assert poems == [
+        "《静夜思》李白\n床前明月光，疑是地上霜。\n举头望明月，低头思故乡。",
+        "《登鹳雀楼》王之涣\n白日依山尽，黄河入海流。",
+    ]
+
+
+@pytest.mark.skipif(not HAS_TANG300, reason=f"{TANG300_PATH} missing: apt-get install fortunes-zh")
+def test_tang300_corpus():
+    corpus = load_corpus("tang300")
+    poems = load_tang300()
+    assert len(poems) == 313 and all("\x1b" not in p for p in poems)
+    assert corpus.vocab_size == 2579 and corpus.tokenizer.bos == "|"  # "." occurs in one title
+    assert len(corpus.documents) + int((corpus.val == corpus.tokenizer.bos_id).sum()) - 1 == 313

@@ -6,7 +6,7 @@ import torch
 from gptlib.config import textbook
 from gptlib.model import GPT
 from gptlib.tokenizer import CharTokenizer
-from gptlib.train import History, learning_rate, parameter_groups, train
+from gptlib.train import History, learning_rate, make_optimizer, parameter_groups, train
 
 TEXT = (
     "the quick brown fox jumps over the lazy dog while the small cat sleeps in the warm sun. "
@@ -124,3 +124,50 @@ def test_short_corpus_is_rejected():
 def test_history_roundtrip():
     h = History(step=[0], lr=[1e-3], loss=[2.0], grad_norm=[0.5], val_step=[0], val_loss=[2.1])
     assert History.from_dict(h.to_dict()) == h
+
+
+def _fresh(vocab=20):
+    torch.manual_seed(0)
+    return GPT(_tiny(vocab))
+
+
+def test_stopping_and_continuing_follows_one_schedule():
+    """Steps 0..9 then 10..19 (optimiser, generator and history carried over) equal 0..19."""
+    tokens = torch.randint(0, 20, (500,), generator=torch.Generator().manual_seed(5))
+    kw = dict(max_lr=3e-3, warmup=4, schedule="cosine", min_lr=3e-4)
+    whole = _fresh()
+    h_whole = train(whole, tokens, 20, 4, seed=3, **kw)
+
+    part = _fresh()
+    opt, g = make_optimizer(part, 3e-3), torch.Generator().manual_seed(3)
+    h = train(part, tokens, 10, 4, optimizer=opt, generators=[g], total_steps=20, **kw)
+    h = train(part, tokens, 10, 4, optimizer=opt, generators=[g], history=h, start_step=10, **kw)
+    assert h.step == list(range(20)) and h.lr == pytest.approx(h_whole.lr, abs=0)
+    assert h.loss == pytest.approx(h_whole.loss, abs=1e-6)
+    for a, b in zip(part.parameters(), whole.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_several_generators_make_one_global_batch():
+    tokens = torch.randint(0, 20, (500,), generator=torch.Generator().manual_seed(5))
+    model = _fresh()
+    gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
+    seen = []
+    model.forward = lambda idx, labels: (seen.append(idx), GPT.forward(model, idx, labels))[1]
+    train(model, tokens, 2, 3, generators=gens)
+    expect = [torch.Generator().manual_seed(s) for s in (0, 1)]
+    for idx in seen:
+        assert idx.shape == (6, 16)
+        first = torch.randint(0, 500 - 16, (3,), generator=expect[0])
+        second = torch.randint(0, 500 - 16, (3,), generator=expect[1])
+        assert torch.equal(idx[:3, 0], tokens[first]) and torch.equal(idx[3:, 0], tokens[second])
+
+
+def test_bfloat16_autocast_trains_float32_weights():
+    tokens = torch.randint(0, 20, (300,), generator=torch.Generator().manual_seed(5))
+    model = _fresh()
+    hist = train(model, tokens, 3, 4, autocast_dtype=torch.bfloat16)
+    plain = train(_fresh(), tokens, 3, 4)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert hist.loss[0] == pytest.approx(plain.loss[0], abs=0.05)  # bfloat16 rounds, same loss
+    assert hist.loss[0] != plain.loss[0]

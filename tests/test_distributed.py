@@ -1,0 +1,120 @@
+"""Two processes under torchrun (gloo, CPU) train exactly as one process given their global batch."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import torch
+
+from gptlib import distributed
+from gptlib.checkpoint import load_checkpoint
+from gptlib.cli import TRAIN_DEFAULTS
+from gptlib.data import load_corpus
+from gptlib.model import GPT
+from gptlib.train import train
+
+STEPS, BATCH = 4, 4
+TIMEOUT = 120  # seconds; a hang fails the test instead of stalling the suite
+
+
+def _torchrun(tmp_path, target: list[str]) -> subprocess.CompletedProcess:
+    with socket.socket() as s:  # a free port on the loopback interface
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        *target,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+
+
+def _train_args(out):
+    return [
+        "train",
+        "--preset",
+        "microgpt",
+        "--steps",
+        str(STEPS),
+        "--batch-size",
+        str(BATCH),
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--samples",
+        "2",
+        "--out",
+        str(out),
+    ]
+
+
+def test_two_processes_equal_one_with_the_global_batch(tmp_path):
+    out = tmp_path / "runs" / "ddp.pt"
+    res = _torchrun(tmp_path, ["-m", "gptlib", *_train_args(out)])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("saved ") == 1 and res.stdout.count("data names:") == 1  # rank 0 only
+    assert "processes 2" in res.stdout
+    assert sorted(os.listdir(out.parent)) == ["ddp.pt"]  # one checkpoint, no temporary files
+    ck = load_checkpoint(out)
+    assert ck.step == STEPS and ck.training["world_size"] == 2
+
+    # One process, the same init, each step the windows of rank 0 then those of rank 1.
+    corpus = load_corpus("names")
+    seed, lr = TRAIN_DEFAULTS["seed"], TRAIN_DEFAULTS["lr"]
+    torch.manual_seed(seed)
+    model = GPT(ck.config)
+    gens = [torch.Generator().manual_seed(distributed.rank_seed(seed, r)) for r in (0, 1)]
+    train(
+        model,
+        corpus.train,
+        STEPS,
+        BATCH,
+        max_lr=lr,
+        warmup=TRAIN_DEFAULTS["warmup"],
+        schedule=TRAIN_DEFAULTS["schedule"],
+        min_lr=lr / 10,
+        generators=gens,
+    )
+    one, two = model.state_dict(), ck.model.state_dict()
+    diff = max((one[k] - two[k]).abs().max().item() for k in one)
+    print(f"max |two processes - one process| over all weights: {diff:.2e}")
+    assert diff < 1e-5
+    # each rank drew from its own seed, and the checkpoint kept every rank's generator state
+    assert torch.equal(gens[0].get_state(), ck.training["rng"]["batches"][0])
+    assert torch.equal(gens[1].get_state(), ck.training["rng"]["batches"][1])
+
+
+FAILING = """
+import os, sys
+import gptlib.cli
+real = gptlib.cli.train
+def failing(*args, callback=None, **kw):
+    def cb(hist):
+        callback(hist)
+        if len(hist) == 2 and os.environ["RANK"] == "1":
+            raise RuntimeError("rank 1 gave up at step 2")
+    return real(*args, callback=cb, **kw)
+gptlib.cli.train = failing
+sys.exit(gptlib.cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_failing_rank_stops_the_run_with_its_error(tmp_path):
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    out = tmp_path / "never.pt"
+    args = _train_args(out)
+    args[args.index("--steps") + 1] = "200"
+    res = _torchrun(tmp_path, [str(script), *args])  # returns well before TIMEOUT
+    assert res.returncode != 0
+    assert "rank 1 gave up at step 2" in res.stderr
+    assert not out.exists()

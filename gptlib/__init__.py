@@ -9,6 +9,7 @@ from gptlib.device import choose_device
 from gptlib.generate import generate, sample_documents
 from gptlib.kvcache import KVCache
 from gptlib.model import GPT, Block, parameter_formula
+from gptlib.positions import sinusoidal_positions
 from gptlib.tokenizer import CharTokenizer
 from gptlib.train import History, estimate_loss, learning_rate, make_optimizer, train
 
@@ -38,6 +39,7 @@ __all__ = [
     "sample_batch",
     "sample_documents",
     "save_checkpoint",
+    "sinusoidal_positions",
     "textbook",
     "train",
 ]

@@ -14,52 +14,61 @@ def test_split_matches_the_attention_layer():
     torch.manual_seed(0)
     attn = GPT(microgpt(vocab_size=11)).blocks[0].attn
     x = torch.randn(2, 5, 16)
-    q, k, v = solution_qkv_split(attn.qkv(x), 4)
+    q, k, v = solution_qkv_split(x, attn.qkv.weight)
     d = 16
+    fused = attn.qkv(x)  # [B, n, 3d], laid out Q | K | V
+    for got, part in zip((q, k, v), fused.split(d, dim=-1), strict=True):
+        assert got.shape == (2, 5, 16)
+        torch.testing.assert_close(got, part)
     w = attn.qkv.weight  # [3d, d]: rows 0..d-1 make q, d..2d-1 make k, 2d..3d-1 make v
-    for got, rows in ((q, w[:d]), (k, w[d : 2 * d]), (v, w[2 * d :])):
-        assert got.shape == (2, 4, 5, 4)
-        torch.testing.assert_close(got, attn.split_heads(x @ rows.T))
+    torch.testing.assert_close(k, x @ w[d : 2 * d].T)
 
 
-def test_split_check_passes_the_solution():
+def test_split_check_passes_the_solution_and_other_spellings():
     assert check_qkv_split(solution_qkv_split).passed
 
-    def with_chunk_and_permute(qkv, n_head):
-        B, n, _ = qkv.shape
-        t = qkv.view(B, n, 3, n_head, -1).permute(2, 0, 3, 1, 4)  # [3, B, h, n, d_h]
-        return t[0], t[1], t[2]
+    def by_weight_rows(x, w_qkv):
+        w_q, w_k, w_v = w_qkv.chunk(3, dim=0)  # three [d, d] weights
+        return x @ w_q.T, x @ w_k.T, x @ w_v.T
 
-    assert check_qkv_split(with_chunk_and_permute).passed
+    def by_view(x, w_qkv):
+        B, n, d = x.shape
+        return (x @ w_qkv.T).view(B, n, 3, d).unbind(2)
+
+    assert check_qkv_split(by_weight_rows).passed
+    assert check_qkv_split(by_view).passed
 
 
-def _per_part(fn):
-    def split(qkv, n_head):
-        d = qkv.size(-1) // 3
-        return tuple(fn(t, n_head) for t in qkv.split(d, dim=2))
+def _swap(i, j):
+    def wrong(x, w):
+        out = list(solution_qkv_split(x, w))
+        out[i], out[j] = out[j], out[i]
+        return tuple(out)
 
-    return split
+    return wrong
+
+
+def _split_on_dim_1(x, w):
+    q, k, v = (x @ w.T).split(x.size(-1), dim=1)  # the positions, not the features
+    return q, k, v
 
 
 @pytest.mark.parametrize(
     ("wrong", "hint"),
     [
-        (lambda qkv, h: (lambda q, k, v: (k, q, v))(*solution_qkv_split(qkv, h)), "swapped"),
+        (_swap(0, 1), "q and k come out swapped"),
+        (_swap(0, 2), "q and v come out swapped"),
         (
-            lambda qkv, h: tuple(
-                qkv.view(qkv.size(0), qkv.size(1), h, 3, -1).permute(3, 0, 2, 1, 4)
-            ),
-            "first split the 3d features",
+            lambda x, w: (x @ w.T).view(x.size(0), x.size(1), x.size(2), 3).unbind(-1),
+            "d groups of (q, k, v)",
         ),
+        (lambda x, w: tuple((x @ w.T).chunk(3, dim=1)), "along the positions"),
         (
-            _per_part(lambda t, h: t.reshape(t.size(0), h, t.size(1), -1)),
-            "without a transpose",
+            lambda x, w: tuple(x @ part for part in w.chunk(3, dim=0)),
+            "x @ W.T",
         ),
-        (
-            _per_part(lambda t, h: t.reshape(t.size(0), t.size(1), -1, h).permute(0, 3, 1, 2)),
-            "not [B, n, d_h, h]",
-        ),
-        (_per_part(lambda t, h: t.reshape(t.size(0), t.size(1), h, -1)), "heads go before"),
+        (lambda x, w: tuple((x @ w).split(x.size(-1), dim=-1)), "x @ w_qkv.T"),
+        (_split_on_dim_1, "split(d, dim=-1)"),
     ],
 )
 def test_split_check_names_the_mistake(wrong, hint):

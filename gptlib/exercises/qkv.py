@@ -1,8 +1,9 @@
-"""Chapter 02 exercises: queries, keys and values.
+"""Notebook 02 exercises: queries, keys and values.
 
-`check_qkv_split`: cut the output of the fused projection, [B, n, 3d], into per-head queries,
-keys and values, each [B, h, n, d_h]. `check_soft_lookup`: one query reads a weighted average of
-the values, the weights a softmax over its dot products with the keys.
+`check_qkv_split`: one fused projection gives the queries, keys and values of every position at
+once; cut them apart, q, k, v each [B, n, d] (the heads come in notebook 04).
+`check_soft_lookup`: one query reads a weighted average of the values, the weights a softmax over
+its dot products with the keys.
 """
 
 from __future__ import annotations
@@ -13,96 +14,100 @@ from gptlib.exercises.checking import CheckResult, compare, solved_by
 
 __all__ = ["check_qkv_split", "check_soft_lookup", "solution_qkv_split", "solution_soft_lookup"]
 
-# n != h and d_h != h, so that a missing transpose or a swapped (h, d_h) shows up.
-_B, _N, _H, _DH = 2, 5, 3, 4
-_D = _H * _DH
+# n != d and 3d != n, so that a split along the positions or a transposed weight shows up.
+_B, _N, _D = 2, 5, 6
 
 
-def solution_qkv_split(qkv: torch.Tensor, n_head: int):
-    """qkv [B, n, 3d] (queries, then keys, then values along the last axis) -> q, k, v, each
-    [B, h, n, d_h]."""
-    B, n, three_d = qkv.shape
-    d = three_d // 3
-    q, k, v = qkv.split(d, dim=2)  # each [B, n, d]
-
-    def heads(t: torch.Tensor) -> torch.Tensor:
-        return t.view(B, n, n_head, d // n_head).transpose(1, 2)  # [B, n, h, d_h] -> [B, h, n, d_h]
-
-    return heads(q), heads(k), heads(v)
+def solution_qkv_split(x: torch.Tensor, w_qkv: torch.Tensor):
+    """x [B, n, d], w_qkv [3d, d] (nn.Linear's [out, in] layout: the rows of W_Q, then W_K, then
+    W_V) -> q, k, v, each [B, n, d]."""
+    d = x.size(-1)
+    fused = x @ w_qkv.T  # [B, n, d] @ [d, 3d] -> [B, n, 3d], laid out Q | K | V
+    q, k, v = fused.split(d, dim=-1)  # each [B, n, d]
+    return q, k, v
 
 
 def _make_split_inputs(g: torch.Generator):
-    return torch.randn(_B, _N, 3 * _D, generator=g), _H
+    return torch.randn(_B, _N, _D, generator=g), torch.randn(3 * _D, _D, generator=g)
 
 
-def _keys_first(qkv, n_head):
-    q, k, v = solution_qkv_split(qkv, n_head)
+def _keys_first(x, w_qkv):
+    q, k, v = solution_qkv_split(x, w_qkv)
     return k, q, v
 
 
-def _interleaved(qkv, n_head):
-    # Reads the 3d features as h groups of (q, k, v) instead of q | k | v.
-    B, n, three_d = qkv.shape
-    d_h = three_d // 3 // n_head
-    t = qkv.view(B, n, n_head, 3, d_h).permute(3, 0, 2, 1, 4)  # [3, B, h, n, d_h]
-    return t[0], t[1], t[2]
+def _values_first(x, w_qkv):
+    q, k, v = solution_qkv_split(x, w_qkv)
+    return v, k, q
 
 
-def _reshape_without_transpose(qkv, n_head):
-    B, n, three_d = qkv.shape
-    d = three_d // 3
-    return tuple(t.reshape(B, n_head, n, d // n_head) for t in qkv.split(d, dim=2))
+def _interleaved(x, w_qkv):
+    # Reads the 3d features as d groups of (q, k, v) instead of q | k | v.
+    B, n, d = x.shape
+    return (x @ w_qkv.T).view(B, n, d, 3).unbind(-1)
 
 
-def _head_and_width_swapped(qkv, n_head):
-    # view(B, n, d_h, h): feature j of head i taken from column j*h + i instead of i*d_h + j.
-    B, n, three_d = qkv.shape
-    d = three_d // 3
-    return tuple(
-        t.reshape(B, n, d // n_head, n_head).permute(0, 3, 1, 2) for t in qkv.split(d, dim=2)
-    )
+def _split_positions(x, w_qkv):
+    # chunk(3) along the positions instead of the features.
+    return tuple((x @ w_qkv.T).chunk(3, dim=1))
 
 
-def _no_transpose(qkv, n_head):
-    B, n, three_d = qkv.shape
-    d = three_d // 3
-    return tuple(t.reshape(B, n, n_head, d // n_head) for t in qkv.split(d, dim=2))
+def _weight_parts_not_transposed(x, w_qkv):
+    # Each [d, d] part used as x @ W, where nn.Linear's [out, in] weight needs x @ W.T.
+    d = x.size(-1)
+    return tuple(x @ w for w in w_qkv.split(d, dim=0))
 
 
 _SPLIT_MISTAKES = [
     (
         "q and k come out swapped: the fused projection stores queries first, then keys, then "
-        "values (q, k, v = qkv.split(d, dim=2))",
+        "values (q, k, v = fused.split(d, dim=-1))",
         _keys_first,
     ),
     (
-        "you split each head's features into (q, k, v); the layout is the other way round: "
-        "first split the 3d features into q | k | v (d each), then each of those into h heads",
+        "q and v come out swapped: the layout is Q | K | V, queries first",
+        _values_first,
+    ),
+    (
+        "you read the 3d features as d groups of (q, k, v); the layout is three blocks of d "
+        "features side by side, Q | K | V: split(d, dim=-1)",
         _interleaved,
     ),
     (
-        "reshape to [B, h, n, d_h] without a transpose mixes positions and heads; view as "
-        "[B, n, h, d_h] first, then .transpose(1, 2)",
-        _reshape_without_transpose,
+        "you split along the positions (dim 1); q, k and v are three blocks of the last axis, "
+        "the 3d features: split(d, dim=-1)",
+        _split_positions,
     ),
     (
-        "head and feature axes swapped: a head's d_h features sit side by side, so view as "
-        "[B, n, h, d_h], not [B, n, d_h, h]",
-        _head_and_width_swapped,
+        "each part of the weight was used as x @ W; nn.Linear stores its weight as [out, in], "
+        "so the projection is x @ W.T (x @ w_qkv.T for all three at once)",
+        _weight_parts_not_transposed,
+    ),
+]
+
+_SPLIT_ERROR_HINTS = [
+    (
+        "cannot be multiplied",
+        "w_qkv is [3d, d], nn.Linear's [out, in] layout: multiply by its transpose, x @ w_qkv.T",
     ),
     (
-        "the result is [B, n, h, d_h]; heads go before positions: .transpose(1, 2) gives "
-        "[B, h, n, d_h]",
-        _no_transpose,
+        "not enough values to unpack",
+        "the 3d outputs sit on the last axis: split the fused [B, n, 3d] with split(d, dim=-1), "
+        "or the weight's rows with w_qkv.split(d, dim=0)",
     ),
 ]
 
 
 @solved_by(solution_qkv_split)
 def check_qkv_split(split_fn) -> CheckResult:
-    """Check `split_fn(qkv [B, n, 3d], n_head) -> (q, k, v)`, each [B, h, n, d_h]."""
+    """Check `split_fn(x [B, n, d], w_qkv [3d, d]) -> (q, k, v)`, each [B, n, d]."""
     return compare(
-        "qkv_split", split_fn, solution_qkv_split, _make_split_inputs, mistakes=_SPLIT_MISTAKES
+        "qkv_split",
+        split_fn,
+        solution_qkv_split,
+        _make_split_inputs,
+        mistakes=_SPLIT_MISTAKES,
+        error_hints=_SPLIT_ERROR_HINTS,
     )
 
 

@@ -238,7 +238,7 @@ def plot_heatmap(
         if labels is not None:
             if len(labels) != size:
                 raise ValueError(f"got {len(labels)} labels for {size} rows/columns")
-            set_ticks(range(size), [str(s) for s in labels], fontsize=7)
+            set_ticks(range(size), [str(s) for s in labels], fontdict=TICK_FONT)
     if annotate:
         for (r, c), value in np.ndenumerate(m):
             ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=6, color="white")
@@ -260,18 +260,62 @@ def plot_curves(
     hlines: Mapping[str, float] | None = None,
     styles: Mapping[str, dict] | None = None,
 ) -> Figure:
-    """Several y(x) curves on one axes. ys: label -> values (as long as x); hlines: label -> y,
-    drawn dashed across; styles: label -> extra keyword arguments for that curve's `plot`."""
-    xs = _array(x)
+    """Several y(x) curves on one axes. ys: label -> values (as long as x), or a 2-D array
+    [runs, len(x)] of several runs (seeds) of one setting: each run drawn thin, their mean bold,
+    one legend entry; hlines: label -> y, reference lines across, each with its own colour and
+    dash; styles: label -> extra keyword arguments for that curve's `plot`."""
     fig, axes = _new_figure()
-    ax = axes[0, 0]
-    for label, values in ys.items():
+    _draw_curves(axes[0, 0], x, ys, xlabel, ylabel, title, logx, logy, hlines, styles)
+    return fig
+
+
+def plot_curve_panels(
+    x, panels: Sequence[Mapping], xlabel: str, title: str, logx: bool = False
+) -> Figure:
+    """Curves over the same x in panels side by side, one y-axis per panel, so quantities in
+    different units never share an axis. panels: one mapping per panel with the keys `ys` and
+    `ylabel` and, optionally, `title`, `logy`, `hlines` and `styles` (as in `plot_curves`)."""
+    if not panels:
+        raise ValueError("plot_curve_panels wants at least one panel")
+    fig, axes = _new_figure(1, len(panels), figsize=(FIGSIZE[0] / 1.5 * len(panels), FIGSIZE[1]))
+    for ax, panel in zip(axes[0], panels, strict=True):
+        unknown = set(panel) - {"ys", "ylabel", "title", "logy", "hlines", "styles"}
+        if unknown:
+            raise ValueError(f"unknown panel keys {sorted(unknown)}")
+        _draw_curves(
+            ax,
+            x,
+            panel["ys"],
+            xlabel,
+            panel["ylabel"],
+            panel.get("title", ""),
+            logx,
+            panel.get("logy", False),
+            panel.get("hlines"),
+            panel.get("styles"),
+        )
+    fig.suptitle(title)
+    return fig
+
+
+def _draw_curves(ax: Axes, x, ys, xlabel, ylabel, title, logx, logy, hlines, styles) -> None:
+    xs = _array(x)
+    for i, (label, values) in enumerate(ys.items()):
         values = _array(values)
-        if len(values) != len(xs):
-            raise ValueError(f"curve {label!r} has {len(values)} values for {len(xs)} x values")
-        ax.plot(xs, values, label=label, **(styles or {}).get(label, {}))
-    for label, y in (hlines or {}).items():
-        ax.axhline(float(y), linestyle="--", color="gray", linewidth=1, label=label)
+        if values.shape[-1] != len(xs):
+            raise ValueError(
+                f"curve {label!r} has {values.shape[-1]} values for {len(xs)} x values"
+            )
+        style = {"color": f"C{i}", **(styles or {}).get(label, {})}
+        if values.ndim == 2:  # [runs, len(x)]: each run thin, their mean bold, one legend entry
+            for run in values:
+                ax.plot(xs, run, **{**style, "linewidth": 0.7, "alpha": 0.45})
+            values = values.mean(axis=0)
+        ax.plot(xs, values, label=label, **style)
+    # Reference lines: each its own dash and a colour no curve uses, so labels can be told apart.
+    for j, (label, y) in enumerate((hlines or {}).items()):
+        dash = BASELINE_STYLES[j % len(BASELINE_STYLES)]
+        ax.axhline(float(y), linestyle=dash, color=f"C{len(ys) + j}", linewidth=1.2, label=label)
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
     ax.set_xlabel(xlabel)
@@ -279,7 +323,6 @@ def plot_curves(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return fig
 
 
 def _draw_bars(ax: Axes, values: np.ndarray, labels: Sequence[str], highlight=None) -> None:
@@ -336,6 +379,38 @@ def plot_next_token_probs(
     return fig
 
 
+def plot_next_token_probs_by_temperature(
+    probs_by_temperature: Mapping[float, object],
+    labels: Sequence[str],
+    title: str | None = None,
+) -> Figure:
+    """Next-token distributions at several temperatures, one panel per temperature stacked on
+    one shared y axis (0 to the largest probability of all), so that a flatter distribution
+    looks flatter. probs_by_temperature: {temperature: probs [V]}; 0 is labelled greedy."""
+    if not probs_by_temperature:
+        raise ValueError("give at least one temperature")
+    rows = [(t, _array(p).reshape(-1)) for t, p in probs_by_temperature.items()]
+    top = max(max(1e-9, float(p.max())) for _, p in rows)
+    fig, axes = _new_figure(len(rows), 1, figsize=(FIGSIZE[0], 0.6 + 1.5 * len(rows)))
+    for ax, (t, p) in zip(axes[:, 0], rows, strict=True):
+        _draw_bars(ax, p, labels, highlight=int(p.argmax()))
+        ax.set_ylim(0, top * 1.1)
+        name = "greedy, temperature 0" if t == 0 else f"temperature {t:g}"
+        ax.text(
+            0.99,
+            0.93,
+            f"{name}: largest {p.max():.2f}",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=9,
+        )
+        ax.set_ylabel("probability")
+    axes[-1, 0].set_xlabel("next token (orange: the most likely)")
+    axes[0, 0].set_title(title or "Next-token probabilities, one shared y axis")
+    return fig
+
+
 # ---------------------------------------------------------------------------------------------
 # Training curves
 
@@ -351,6 +426,17 @@ def _draw_loss(ax: Axes, history, vocab_size=None, title="Training loss", baseli
         ax.plot(
             history.val_step, history.val_loss, "o-", label="val", color=HIGHLIGHT, markersize=3
         )
+    _draw_reference_lines(ax, vocab_size, baseline)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss (nats per token)")
+    ax.set_title(title + (" (interrupted)" if getattr(history, "interrupted", False) else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _draw_reference_lines(ax: Axes, vocab_size=None, baseline=None) -> None:
+    """ln V in grey dashes (when vocab_size is given), then each baseline (label -> loss) in its
+    own colour and dash, labelled with its value."""
     if vocab_size is not None:
         ax.axhline(
             uniform_loss(vocab_size),
@@ -366,11 +452,6 @@ def _draw_loss(ax: Axes, history, vocab_size=None, title="Training loss", baseli
         baselines.items(), BASELINE_COLORS, BASELINE_STYLES, strict=False
     ):
         ax.axhline(float(y), linestyle=style, color=color, linewidth=1.2, label=f"{label} {y:.2f}")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss (nats per token)")
-    ax.set_title(title + (" (interrupted)" if getattr(history, "interrupted", False) else ""))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
 
 
 def plot_loss(
@@ -380,6 +461,52 @@ def plot_loss(
     A dashed line marks ln V, the loss of a uniform guess: a model starts near it."""
     fig, axes = _new_figure()
     _draw_loss(axes[0, 0], history, vocab_size, title, baseline)
+    return fig
+
+
+def running_mean(values, window: int) -> np.ndarray:
+    """The mean of each `window` consecutive values: len(values) - window + 1 of them."""
+    v = _array(values).reshape(-1)
+    if not 1 <= window <= len(v):
+        raise ValueError(f"window must be between 1 and {len(v)}, got {window}")
+    sums = np.cumsum(np.concatenate([[0.0], v]))
+    return (sums[window:] - sums[:-window]) / window
+
+
+def plot_loss_runs(
+    runs: Mapping[str, object],
+    vocab_size: int | None = None,
+    title: str = "Training loss",
+    baseline=None,
+    smooth: int = 1,
+    styles: Mapping[str, dict] | None = None,
+) -> Figure:
+    """The training loss of several runs on one axes, to compare them step for step.
+
+    runs: label -> `gptlib.train.History`. With `smooth` > 1 each curve is the running mean of
+    the last `smooth` steps (drawn at the last of them), so runs whose per-batch losses are noisy
+    can be told apart. ln V and the baselines are drawn as in `plot_loss`; styles: label -> extra
+    keyword arguments for that run's line (colour, dash)."""
+    if not runs:
+        raise ValueError("plot_loss_runs needs at least one run")
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    for label, history in runs.items():
+        steps = _array(history.step)
+        ax.plot(
+            steps[smooth - 1 :],
+            running_mean(history.loss, smooth),
+            label=label,
+            linewidth=1.2,
+            **(styles or {}).get(label, {}),
+        )
+    _draw_reference_lines(ax, vocab_size, baseline)
+    ax.set_xlabel("step")
+    ylabel = "train loss" + (f", mean of the last {smooth} steps" if smooth > 1 else "")
+    ax.set_ylabel(ylabel + " (nats)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return fig
 
 

@@ -1,4 +1,4 @@
-"""Chapter 11's checks: the whole cached decode step and the cached attention line. The stubs say
+"""Notebook 12's checks: the whole cached decode step and the cached attention line. The stubs say
 they are not written yet, the references pass, and each typical mistake gets its own hint."""
 
 import math

@@ -1,10 +1,10 @@
-"""Chapter 11, the KV cache: one cached decode step of the whole model, and (optional) the
+"""Notebook 12, the KV cache: one cached decode step of the whole model, and (optional) the
 attention line of that step alone.
 
-`decode_step(model, idx_new, cache)`: the chapter-3 GPT (post-norm blocks), a `KVCache` holding
-`past` positions and the newest token ids idx_new [B, 1] -> the new position's logits [B, 1, V],
-computed block by block: the token embedding plus row `past` of the position table; in each
-block's attention q, k, v of the new position, k and v appended to that layer's cache
+`decode_step(model, idx_new, cache)`: a `textbook`-preset GPT (post-norm blocks), a `KVCache`
+holding `past` positions and the newest token ids idx_new [B, 1] -> the new position's logits
+[B, 1, V], computed block by block: the token embedding plus row `past` of the position table;
+in each block's attention q, k, v of the new position, k and v appended to that layer's cache
 (`cache.update(layer, k, v)`), attention over every cached key with no mask; the MLP and norms;
 `cache.advance(1)` once at the end; the final norm and the head. The check compares logits and
 the cache afterwards with `model(idx_new, cache=cache)` on a copy of the cache, then lets the
@@ -144,7 +144,7 @@ def check_attend_with_cache(attend_with_cache) -> CheckResult:
 
 
 def solution_decode_step(model: GPT, idx_new: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    """model: the chapter-3 GPT (post-norm blocks); cache: a KVCache holding `past` positions;
+    """model: a `textbook`-preset GPT (post-norm blocks); cache: a KVCache holding `past` positions;
     idx_new [B, 1] -> logits [B, 1, V]. Every layer's cache gains the new position."""
     past = cache.length  # the new token sits at position `past`
     B, d = idx_new.size(0), model.cfg.n_embd
@@ -277,7 +277,7 @@ DECODE_MISTAKES = [
         _decode_slip(scale="d"),
     ),
     (
-        "the blocks were run pre-norm (x + attn(ln1(x))); the chapter-3 model is post-norm: "
+        "the blocks were run pre-norm (x + attn(ln1(x))); the `textbook` preset is post-norm: "
         "x = ln1(x + attn(x)), then x = ln2(x + mlp(x))",
         _decode_slip(norm="pre"),
     ),
@@ -377,9 +377,9 @@ def _tokens(model, prompt, steps, seed, decode_step=None) -> torch.Tensor:
 
 @solved_by(solution_decode_step)
 def check_decode_step(decode_step: Callable) -> CheckResult:
-    """Run `decode_step(model, idx_new, cache)` on small random chapter-3 GPTs (2 layers, 2 heads,
-    3 sequences, 3 to 8 cached positions) against `model(idx_new, cache=cache)`: the logits, and
-    the cache it leaves behind. Then sample 7 tokens with it and compare with
+    """Run `decode_step(model, idx_new, cache)` on small random `textbook`-preset GPTs (2 layers,
+    2 heads, 3 sequences, 3 to 8 cached positions) against `model(idx_new, cache=cache)`: the
+    logits, and the cache it leaves behind. Then sample 7 tokens with it and compare with
     `generate(..., use_cache=True)`."""
     try:
         if _calls_the_model(decode_step):

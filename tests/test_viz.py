@@ -161,6 +161,25 @@ def test_heatmap_shows_the_matrix():
     assert len(centred.axes[0].texts) == 12
 
 
+def test_curves_runs_and_reference_lines_are_told_apart():
+    x = [0, 1, 2]
+    runs = np.array([[3.0, 2.0, 1.0], [5.0, 4.0, 3.0]])  # two seeds of one setting
+    fig = viz.plot_curves(
+        x, {"seeds": runs, "one": [1, 1, 1]}, "step", "loss", "t", hlines={"u": 2.8, "v": 3.3}
+    )
+    ax = fig.axes[0]
+    lines = ax.get_lines()
+    assert len(lines) == 2 + 1 + 1 + 2  # two thin runs, their mean, one curve, two references
+    labelled = {line.get_label(): line for line in lines if not line.get_label().startswith("_")}
+    assert set(labelled) == {"seeds", "one", "u", "v"}  # one legend entry per setting
+    np.testing.assert_array_equal(labelled["seeds"].get_ydata(), [4.0, 3.0, 2.0])
+    assert to_hex(lines[0].get_color()) == to_hex(labelled["seeds"].get_color())
+    colours = {to_hex(labelled[k].get_color()) for k in labelled}
+    assert len(colours) == 4  # no reference line shares a colour with a curve or another line
+    assert labelled["u"].get_linestyle() != labelled["v"].get_linestyle()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["seeds", "one", "u", "v"]
+
+
 def test_curves_and_bars_carry_their_data():
     x = [1, 2, 4, 8]
     fig = viz.plot_curves(
@@ -194,6 +213,37 @@ def test_curves_and_bars_carry_their_data():
     assert (ax.get_title(), ax.get_ylabel(), ax.get_xlabel()) == ("bars", "share", "item")
 
 
+def test_curve_panels_give_each_quantity_its_own_axis():
+    x = [1, 2, 4]
+    fig = viz.plot_curve_panels(
+        x,
+        [
+            {"ys": {"e": [2.0, 1.0, 0.5]}, "ylabel": "nats", "hlines": {"ln 16": 2.77}},
+            {"ys": {"g": [0.3, 0.2, 0.1]}, "ylabel": "norm", "title": "gradient", "logy": True},
+        ],
+        "d_k",
+        "two panels",
+        logx=True,
+    )
+    left, right = fig.axes
+    assert (left.get_ylabel(), right.get_ylabel(), right.get_title()) == (
+        "nats",
+        "norm",
+        "gradient",
+    )
+    assert [line.get_label() for line in left.get_lines()] == ["e", "ln 16"]
+    assert [line.get_label() for line in right.get_lines()] == ["g"]
+    np.testing.assert_array_equal(right.get_lines()[0].get_ydata(), [0.3, 0.2, 0.1])
+    assert left.get_xscale() == right.get_xscale() == "log"
+    assert (left.get_yscale(), right.get_yscale()) == ("linear", "log")
+    assert left.get_xlabel() == right.get_xlabel() == "d_k"
+    assert fig.get_suptitle() == "two panels"
+    with pytest.raises(ValueError, match="unknown panel keys"):
+        viz.plot_curve_panels(x, [{"ys": {}, "ylabel": "y", "colour": "red"}], "x", "t")
+    with pytest.raises(ValueError, match="at least one panel"):
+        viz.plot_curve_panels(x, [], "x", "t")
+
+
 def test_loss_plot_lines_uniform_guess_and_baseline():
     h = _history()
     fig = viz.plot_loss(h, vocab_size=27, baseline={"bigram": 2.45, "unigram": 2.81})
@@ -216,6 +266,38 @@ def test_loss_plot_lines_uniform_guess_and_baseline():
     assert ax.get_xlabel() == "step" and "nats" in ax.get_ylabel()
     h.interrupted = True
     assert viz.plot_loss(h).axes[0].get_title() == "Training loss (interrupted)"
+
+
+def test_running_mean_is_the_mean_of_each_window():
+    np.testing.assert_allclose(viz.running_mean([1.0, 2.0, 3.0, 6.0], 2), [1.5, 2.5, 4.5])
+    np.testing.assert_allclose(viz.running_mean([4.0, 2.0], 1), [4.0, 2.0])
+    with pytest.raises(ValueError, match="between 1 and 3"):
+        viz.running_mean([1.0, 2.0, 3.0], 4)
+
+
+def test_loss_runs_share_one_axis_smoothed_with_labelled_baselines():
+    a, b = _history(30), _history(30)
+    b.loss = [2.0 + 0.01 * i for i in range(30)]
+    fig = viz.plot_loss_runs(
+        {"run a": a, "run b": b},
+        vocab_size=27,
+        baseline={"unigram": 2.82},
+        smooth=10,
+        styles={"run b": {"linestyle": ":"}},
+    )
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines) == ["run a", "run b", "uniform guess ln V", "unigram 2.82"]
+    np.testing.assert_array_equal(lines["run a"].get_xdata(), list(range(9, 30)))
+    np.testing.assert_allclose(lines["run a"].get_ydata()[0], np.mean(a.loss[:10]))
+    np.testing.assert_allclose(lines["run b"].get_ydata()[-1], np.mean(b.loss[-10:]))
+    assert lines["run b"].get_linestyle() == ":"
+    assert to_hex(lines["unigram 2.82"].get_color()) != to_hex(
+        lines["uniform guess ln V"].get_color()
+    )
+    assert "mean of the last 10 steps" in ax.get_ylabel()
+    with pytest.raises(ValueError, match="at least one run"):
+        viz.plot_loss_runs({})
 
 
 class FakeHandle:
@@ -294,6 +376,24 @@ def test_next_token_probs_bars():
     assert ax.get_title() == "Next-token probabilities (temperature 0.8)"
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("next token", "probability")
     assert "greedy" in viz.plot_next_token_probs(probs, SYMBOLS, temperature=0).axes[0].get_title()
+
+
+def test_next_token_probs_by_temperature_share_one_y_axis():
+    z = torch.linspace(-2, 2, 27)
+    probs = {t: torch.softmax(z / t, dim=0) for t in (0.5, 1.0, 2.0)}
+    fig = viz.plot_next_token_probs_by_temperature(probs, SYMBOLS, title="After '.kat'")
+    assert len(fig.axes) == 3 and fig.axes[0].get_title() == "After '.kat'"
+    top = float(probs[0.5].max())
+    for ax, p in zip(fig.axes, probs.values(), strict=True):
+        np.testing.assert_allclose([b.get_height() for b in ax.patches], p.numpy(), rtol=1e-6)
+        assert ax.get_ylim() == pytest.approx((0, top * 1.1))  # the coldest panel's scale
+        assert _ticks(ax.get_xticklabels()) == SYMBOLS
+    texts = [ax.texts[0].get_text() for ax in fig.axes]
+    assert texts[0].startswith("temperature 0.5: largest") and texts[2].startswith("temperature 2")
+    greedy = viz.plot_next_token_probs_by_temperature({0: torch.eye(27)[3]}, SYMBOLS)
+    assert greedy.axes[0].texts[0].get_text() == "greedy, temperature 0: largest 1.00"
+    with pytest.raises(ValueError, match="at least one temperature"):
+        viz.plot_next_token_probs_by_temperature({}, SYMBOLS)
 
 
 def test_pca_matches_the_covariance_eigenvectors():

@@ -1,5 +1,6 @@
-"""Chapter 10 in JupyterLab: it runs top to bottom, its plots show, and the temperature slider
-changes what the reader sees to exactly what gptlib samples at the temperature it reads out."""
+"""Notebook 07, the home of temperature, in JupyterLab: it runs top to bottom, its plots show, and
+the temperature slider changes what the reader sees to exactly what gptlib samples at the
+temperature it reads out. (The slider moved there from notebook 11, generation.)"""
 
 import contextlib
 import io
@@ -23,9 +24,10 @@ from playwright.sync_api import expect
 from gptlib import widgets
 from gptlib.checkpoint import load_asset
 
-NOTEBOOK = "11_generation.ipynb"
+NOTEBOOK = "07_logits.ipynb"
 EXPLORER = ".gptlib-temperature-explorer"
-# What the notebook's explorer cell builds: widgets.temperature_explorer(model, tok, ".", 10, 0).
+# What the notebook's explorer cell builds:
+# widgets.temperature_explorer(big_model, tok, ".", 10, 0), big_model from names-textbook.pt.
 NUM_SAMPLES, SEED = 10, 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 
 import torch
@@ -396,8 +397,6 @@ def _sample_gpt2_folder(args: argparse.Namespace, device: torch.device) -> int:
 
 def cmd_sample(args: argparse.Namespace) -> int:
     device = choose_device(args.device)
-    import os
-
     if os.path.isdir(args.checkpoint):
         return _sample_gpt2_folder(args, device)
     ckpt = load_checkpoint(args.checkpoint, device)

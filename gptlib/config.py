@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
-ACTIVATIONS = ("gelu", "relu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 ATTENTIONS = ("manual", "sdpa")
 
 
@@ -22,7 +22,7 @@ class GPTConfig:
     dropout: float = 0.0
     norm: str = "layernorm"  # layernorm | rmsnorm
     norm_placement: str = "post"  # pre: x + f(norm(x));  post: norm(x + f(x))
-    activation: str = "gelu"  # gelu | relu
+    activation: str = "gelu"  # gelu | gelu_tanh (GPT-2's approximation) | relu
     bias: bool = False  # biases in the Linear layers
     norm_bias: bool = True  # a LayerNorm's beta (RMSNorm never has one)
     tie_embeddings: bool = True  # lm_head.weight is tok_emb.weight
@@ -112,11 +112,35 @@ def textbook(vocab_size: int = 27, **changes) -> GPTConfig:
     return base.replace(**changes)
 
 
-PRESETS = {"microgpt": microgpt, "textbook": textbook}
+def gpt2(vocab_size: int = 50257, **changes) -> GPTConfig:
+    """GPT-2 small (124M): V 50257, T 1024, 12 layers, 12 heads, d 768; pre-norm LayerNorm with
+    bias, GELU in its tanh form, a bias in every Linear layer, tied head. Dropout 0.1 as GPT-2
+    was trained (eval mode turns it off)."""
+    base = GPTConfig(
+        vocab_size=vocab_size,
+        block_size=1024,
+        n_layer=12,
+        n_head=12,
+        n_embd=768,
+        dropout=0.1,
+        norm="layernorm",
+        norm_placement="pre",
+        activation="gelu_tanh",
+        bias=True,
+        norm_bias=True,
+        tie_embeddings=True,
+    )
+    return base.replace(**changes)
 
 
-def preset(name: str, vocab_size: int = 27, **changes) -> GPTConfig:
-    """Look a preset up by name: `preset("textbook", vocab_size=65)`."""
+PRESETS = {"microgpt": microgpt, "textbook": textbook, "gpt2": gpt2}
+
+
+def preset(name: str, vocab_size: int | None = None, **changes) -> GPTConfig:
+    """Look a preset up by name: `preset("textbook", vocab_size=65)`. Without vocab_size, the
+    preset's own (27 letters + BOS for microgpt and textbook, 50257 for gpt2)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    if vocab_size is None:
+        return PRESETS[name](**changes)
     return PRESETS[name](vocab_size, **changes)

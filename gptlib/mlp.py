@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from gptlib.config import GPTConfig
 
-ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
+# gelu_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the approximation GPT-2 was trained
+# with; it differs from the exact (erf) GELU by at most about 5e-4.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+}
 
 
 class MLP(nn.Module):

@@ -41,7 +41,8 @@ nbval: install
 nbval-other-cpu: install
 	$(ONE_THREAD) ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE $(NBVAL) $(NOTEBOOKS)
 
-# JupyterLab in headless Chromium: run chapters 04 and 10, move their sliders, check the page.
+# JupyterLab in headless Chromium: run notebooks 04 and 07 and move their sliders, type a wrong
+# and then a correct exercise body into notebook 03, check the page.
 # Screenshots (and, on failure, the console and server logs) go to test-artifacts/browser/.
 browser: install
 	bash tests/browser/install_chromium.sh

@@ -1,6 +1,6 @@
 """Milliseconds per generated token with and without the KV cache.
 
-Chapter 3's model (vocab 27, d 128, 4 layers, 4 heads, post-LN, tied) with block sizes 64 and
+The `textbook` preset (vocab 27, d 128, 4 layers, 4 heads, post-LN, tied) with block sizes 64 and
 256; batch 1; 500 new tokens after a one-token prompt. The weights are random: the time per token
 does not depend on what the model has learned. Each setting runs `--repeats` times (alternating
 the two paths) and the fastest run counts, the usual way to read a timing on a shared machine.

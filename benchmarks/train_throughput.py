@@ -1,4 +1,5 @@
-"""Training throughput of the chapter-3 preset on the names corpus, beside the machine's matmul rate.
+"""Training throughput of the `textbook` preset on the names corpus, beside the machine's
+matmul rate.
 
     python benchmarks/train_throughput.py [--steps 30] [--threads N] [--no-compile]
 

@@ -1,4 +1,4 @@
-"""gptlib: the small GPT library every chapter of the course imports."""
+"""gptlib: the small GPT library every notebook of the course imports."""
 
 from gptlib.attention import CausalSelfAttention
 from gptlib.bigram import bigram_loss

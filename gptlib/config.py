@@ -75,8 +75,8 @@ class GPTConfig:
 
 
 def microgpt(vocab_size: int = 27, **changes) -> GPTConfig:
-    """Chapter 2's running example: 1 layer, d 16, 4 heads of 4, block 8, pre-norm RMSNorm, ReLU,
-    no biases, separate output head. About 4,100 parameters with vocab 27."""
+    """Textbook chapter 2's running example: 1 layer, d 16, 4 heads of 4, block 8, pre-norm
+    RMSNorm, ReLU, no biases, separate output head. About 4,100 parameters with vocab 27."""
     base = GPTConfig(
         vocab_size=vocab_size,
         block_size=8,
@@ -94,8 +94,8 @@ def microgpt(vocab_size: int = 27, **changes) -> GPTConfig:
 
 
 def textbook(vocab_size: int = 27, **changes) -> GPTConfig:
-    """Chapter 3's `main()`: block 64, d 128, 4 layers, 4 heads, post-LN LayerNorm, GELU, tied
-    embeddings, no Linear biases."""
+    """The model of textbook chapter 3: block 64, d 128, 4 layers, 4 heads, post-LN LayerNorm,
+    GELU, tied embeddings, no Linear biases."""
     base = GPTConfig(
         vocab_size=vocab_size,
         block_size=64,

@@ -18,8 +18,8 @@ IGNORE_INDEX = -100
 class Block(nn.Module):
     """Attention then MLP, each wrapped in a residual connection and a norm.
 
-    pre-norm (chapter 2):  x = x + attn(norm1(x));  x = x + mlp(norm2(x))
-    post-norm (chapter 3): x = norm1(x + attn(x));  x = norm2(x + mlp(x))
+    pre-norm (textbook chapter 2):  x = x + attn(norm1(x));  x = x + mlp(norm2(x))
+    post-norm (textbook chapter 3): x = norm1(x + attn(x));  x = norm2(x + mlp(x))
     """
 
     def __init__(self, cfg: GPTConfig, layer_idx: int = 0):
@@ -137,7 +137,7 @@ class GPT(nn.Module):
 
 
 def parameter_formula(cfg: GPTConfig) -> int:
-    """The parameter count in closed form. For the chapter-3 preset (tied, no Linear biases,
+    """The parameter count in closed form. For the `textbook` preset (tied, no Linear biases,
     LayerNorm with bias) it is V*d + T*d + 12*L*d^2 + (4L+2)*d."""
     V, T, d, L = cfg.vocab_size, cfg.block_size, cfg.n_embd, cfg.n_layer
     per_norm = d * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)

@@ -127,7 +127,7 @@ def symbolic_shape(
     n: int | None = None,
     hint: Sequence[str] | None = None,
 ) -> str:
-    """A concrete shape in letters: (16, 64, 384) -> "[B, n, 3d]" for the chapter-3 config.
+    """A concrete shape in letters: (16, 64, 384) -> "[B, n, 3d]" for the `textbook` preset.
 
     Each size becomes the letter of that size (from `cfg`, and from B and n when given); a size
     no letter has stays a number. `hint` (one letter per dimension, the tensor's role) only breaks

@@ -166,7 +166,7 @@ def _maps(ckpt: Checkpoint, ids: list[int]) -> torch.Tensor:
 def heads_explorer(
     checkpoints: Mapping[int, str | os.PathLike],
     context: str = "emma",
-    chapter3_checkpoint: str | os.PathLike | None = None,
+    textbook_checkpoint: str | os.PathLike | None = None,
 ) -> W.VBox:
     """Attention maps of trained models that differ only in their number of heads, for a context
     you type (read after BOS, as names are in training; cropped to the model's block_size).
@@ -175,12 +175,12 @@ def heads_explorer(
     number of pictures is the number of heads times the number of layers.
 
     checkpoints: head count -> checkpoint path, e.g. {h: asset_path(f"names-microgpt-h{h}.pt")}.
-    chapter3_checkpoint: optionally the chapter-3 model, shown one head at a time with layer and
+    textbook_checkpoint: optionally the `textbook` preset, shown one head at a time with layer and
     head pickers. Attributes: .heads (SelectionSlider), .context (Text), .caption (HTML: what is
     shown, or why the context cannot be read), .maps_box (its children are the .map_images, one
     Image widget per map, with the CSS class gptlib-layer-<l>-head-<j>), .layer / .head (IntSliders,
-    None without a chapter-3 model), .maps ([L, h, n, n] last shown), .tokens, .chapter3_maps,
-    .chapter3_weights ([n, n] last shown), .error (the message shown for an unreadable context).
+    None without a textbook-preset model), .maps ([L, h, n, n] last shown), .tokens, .textbook_maps,
+    .textbook_weights ([n, n] last shown), .error (the message shown for an unreadable context).
     """
     if not checkpoints:
         raise ValueError("give at least one checkpoint: {head count: path}")
@@ -214,19 +214,21 @@ def heads_explorer(
     box.heads, box.context, box.caption, box.maps_box = heads, text, caption, maps_box
     box.map_images = []
     box.maps = box.tokens = box.error = None
-    box.layer = box.head = box.chapter3_output = None
-    box.chapter3_maps = box.chapter3_weights = box.chapter3_tokens = None
+    box.layer = box.head = box.textbook_output = None
+    box.textbook_maps = box.textbook_weights = box.textbook_tokens = None
 
-    ch3 = load_checkpoint(chapter3_checkpoint) if chapter3_checkpoint is not None else None
-    if ch3 is not None:
-        cfg = ch3.config
+    textbook_ckpt = (
+        load_checkpoint(textbook_checkpoint) if textbook_checkpoint is not None else None
+    )
+    if textbook_ckpt is not None:
+        cfg = textbook_ckpt.config
         box.layer = W.IntSlider(value=0, min=0, max=cfg.n_layer - 1, description="layer")
         box.head = W.IntSlider(value=0, min=0, max=cfg.n_head - 1, description="head")
-        box.chapter3_output = W.Output()
+        box.textbook_output = W.Output()
         children += [
-            W.HTML("<b>Chapter-3 model</b>"),
+            W.HTML("<b>textbook preset</b>"),
             W.HBox([box.layer, box.head]),
-            box.chapter3_output,
+            box.textbook_output,
         ]
     box.children = children
 
@@ -278,31 +280,31 @@ def heads_explorer(
             f"{L * h} attention map(s) ({L} layer(s) x {h} head(s))"
         )
 
-    def update_chapter3(_change=None) -> None:
-        if ch3 is None:
+    def update_textbook(_change=None) -> None:
+        if textbook_ckpt is None:
             return
-        got = read(ch3)
+        got = read(textbook_ckpt)
         if got is None:
-            _show(box.chapter3_output, f"Cannot read this context: {box.error}")
+            _show(box.textbook_output, f"Cannot read this context: {box.error}")
             return
-        ids, box.chapter3_tokens = got
-        box.chapter3_maps = _maps(ch3, ids)  # [L, h, n, n]
+        ids, box.textbook_tokens = got
+        box.textbook_maps = _maps(textbook_ckpt, ids)  # [L, h, n, n]
         layer, head = int(box.layer.value), int(box.head.value)
-        box.chapter3_weights = box.chapter3_maps[layer, head]  # [n, n]
-        title = f"Chapter-3 model: layer {layer}, head {head}"
-        box.chapter3_figure = viz.plot_attention(
-            box.chapter3_weights, box.chapter3_tokens, title=title
+        box.textbook_weights = box.textbook_maps[layer, head]  # [n, n]
+        title = f"textbook preset: layer {layer}, head {head}"
+        box.textbook_figure = viz.plot_attention(
+            box.textbook_weights, box.textbook_tokens, title=title
         )
-        _show(box.chapter3_output, box.chapter3_figure)
+        _show(box.textbook_output, box.textbook_figure)
 
     heads.observe(update_heads, names="value")
     text.observe(update_heads, names="value")
-    if ch3 is not None:
-        text.observe(update_chapter3, names="value")
-        box.layer.observe(update_chapter3, names="value")
-        box.head.observe(update_chapter3, names="value")
+    if textbook_ckpt is not None:
+        text.observe(update_textbook, names="value")
+        box.layer.observe(update_textbook, names="value")
+        box.head.observe(update_textbook, names="value")
     update_heads()
-    update_chapter3()
+    update_textbook()
     return box
 
 

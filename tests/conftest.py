@@ -8,7 +8,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture
 def small_textbook():
-    """The chapter-3 structure (post-LN LayerNorm, GELU, tied) at a test-friendly size."""
+    """The `textbook` preset's structure (post-LN LayerNorm, GELU, tied) at a test-friendly size."""
     return textbook(vocab_size=11, block_size=12, n_layer=2, n_head=4, n_embd=32)
 
 

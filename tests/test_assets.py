@@ -47,7 +47,7 @@ def test_asset_reaches_its_stated_val_loss(name):
 
 
 def test_tang300_asset_without_the_corpus():
-    """What the chapters show needs only the file: vocabulary, tied head, parameter count."""
+    """What the notebooks show needs only the file: vocabulary, tied head, parameter count."""
     ck = load_asset("tang300-small.pt")
     assert ck.tokenizer.vocab_size == 2579 and ck.tokenizer.bos == "|"
     assert ck.model.lm_head.weight is ck.model.tok_emb.weight

@@ -26,7 +26,7 @@ def test_bad_options_are_rejected_by_name(field, value):
         GPTConfig(**{field: value})
 
 
-def test_microgpt_is_chapter_two():
+def test_microgpt_is_textbook_chapter_two():
     cfg = microgpt()
     assert (cfg.vocab_size, cfg.block_size, cfg.n_embd, cfg.n_head, cfg.n_layer) == (
         27,
@@ -41,7 +41,7 @@ def test_microgpt_is_chapter_two():
     assert 4000 <= n <= 4200, n  # "about 4,000 parameters"
 
 
-def test_textbook_is_chapter_three():
+def test_textbook_preset_is_textbook_chapter_three():
     cfg = textbook(vocab_size=65)
     assert (cfg.block_size, cfg.n_embd, cfg.n_head, cfg.n_layer) == (64, 128, 4, 4)
     assert (cfg.norm, cfg.norm_placement, cfg.activation) == ("layernorm", "post", "gelu")

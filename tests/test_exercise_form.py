@@ -15,7 +15,7 @@ def _stub(*args, **kwargs):
     raise NotImplementedError
 
 
-def test_every_chapter_has_checks():
+def test_every_notebook_has_checks():
     assert len(CHECKS) >= 12, CHECKS
 
 

@@ -304,4 +304,4 @@ def test_bad_names_are_refused():
 def test_reexported_from_package():
     assert exercises.check_gpt_forward is capstone.check_gpt_forward
     assert "check_gpt_attention" in exercises.__all__
-    assert exercises.mlp is not capstone.mlp  # the chapter-06 submodule is not shadowed
+    assert exercises.mlp is not capstone.mlp  # the notebook-06 submodule is not shadowed

@@ -1,4 +1,4 @@
-"""The chapter-05 checks: the block in both placements and RMSNorm's backward pass. Each stub gets
+"""Notebook 05's checks: the block in both placements and RMSNorm's backward pass. Each stub gets
 the not-written line, each reference solution passes, each listed mistake gets its own hint."""
 
 import contextlib

@@ -393,7 +393,7 @@ def test_cache_gives_the_same_tokens_up_to_block_size(
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_cache_gives_the_same_tokens_at_chapter_3_size(attention, temperature):
+def test_cache_gives_the_same_tokens_at_textbook_preset_size(attention, temperature):
     cfg = textbook(vocab_size=27, attention=attention)  # block 64, d 128, 4 layers, 4 heads
     model = _model(cfg)
     cached, recomputed = _both_paths(model, _ids(cfg, 1, 1), cfg.block_size, temperature)

@@ -44,7 +44,7 @@ def test_shapes_and_bytes_follow_the_formula(any_preset):
 
 
 def test_memory_bytes_examples():
-    # chapter 3's model (L 4, h 4, d_h 32) with a full block of 64, batch 1, fp32: 256 KiB
+    # the `textbook` preset (L 4, h 4, d_h 32) with a full block of 64, batch 1, fp32: 256 KiB
     assert memory_bytes(4, 1, 4, 64, 32, 4) == 262_144
     # GPT-2-small-sized settings: L 12, h 12, d_h 64, n 1024 -> 72 MiB in fp32, 36 MiB in fp16
     assert memory_bytes(12, 1, 12, 1024, 64, 4) == 75_497_472 == 72 * 2**20
@@ -116,7 +116,7 @@ def test_each_cached_step_matches_the_full_forward(any_preset, attention, n0):
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
-def test_each_cached_step_matches_at_chapter_3_size(attention):
+def test_each_cached_step_matches_at_textbook_preset_size(attention):
     _check_each_step(textbook(vocab_size=27, attention=attention), 1)  # block 64, d 128, L 4
 
 

@@ -60,7 +60,7 @@ def _raises_not_implemented(fn: ast.FunctionDef) -> bool:
     )
 
 
-def test_every_exercise_chapter_is_found():
+def test_every_exercise_notebook_is_found():
     with_checks = [
         nb for nb in NOTEBOOKS if any("check_" in "".join(c["source"]) for c in _code_cells(nb))
     ]

@@ -1,4 +1,5 @@
-"""Shape and parameter tables against the textbook's table of shapes (chapter 3, section 3.6)."""
+"""Shape and parameter tables against the textbook's table of shapes (textbook chapter 3,
+section 3.6)."""
 
 import math
 
@@ -8,7 +9,7 @@ import torch
 from gptlib import GPT, microgpt, parameter_formula, textbook
 from gptlib.shapes import Table, parameter_table, shape_table, symbolic_shape
 
-# Chapter 3's table, one layer's attention and MLP and the exit, in the textbook's letters.
+# Textbook chapter 3's table, one layer's attention and MLP and the exit, in the textbook's letters.
 TEXTBOOK_ROWS = {
     "idx": "[B, n]",
     "tok_emb(idx)": "[B, n, d]",
@@ -54,16 +55,16 @@ def _rows_by_name(table, step_prefix=None):
 
 
 @pytest.fixture(scope="module")
-def chapter3():
-    """The chapter-3 preset itself, with B=3, n=20: every letter has its own size except L = h."""
+def textbook_model():
+    """The `textbook` preset itself, with B=3, n=20: every letter has its own size except L = h."""
     torch.manual_seed(0)
     model = GPT(textbook())
     idx = torch.randint(0, 27, (3, 20))
     return model, idx, shape_table(model, idx, labels=idx)
 
 
-def test_chapter3_symbolic_shapes_match_the_textbook(chapter3):
-    model, idx, table = chapter3
+def test_textbook_symbolic_shapes_match_the_textbook(textbook_model):
+    model, idx, table = textbook_model
     assert table.columns == ["step", "tensor", "shape", "symbolic", "dtype", "elements"]
     for layer in range(model.cfg.n_layer):
         rows = _rows_by_name(table, f"block {layer}")
@@ -86,8 +87,8 @@ def test_chapter3_symbolic_shapes_match_the_textbook(chapter3):
     assert "B=3, n=20, T=64, V=27, d=128, h=4, d_h=32, L=4" in table.title
 
 
-def test_every_layer_appears_in_order_and_the_model_is_left_untouched(chapter3):
-    model, idx, table = chapter3
+def test_every_layer_appears_in_order_and_the_model_is_left_untouched(textbook_model):
+    model, idx, table = textbook_model
     steps = [r["step"] for r in table.to_dicts()]
     firsts = [steps.index(f"block {i} attention") for i in range(4)]
     assert firsts == sorted(firsts) and steps[-1] == "loss"
@@ -168,7 +169,7 @@ def test_manual_attention_path_gives_the_same_table():
     assert fused.rows == manual.rows
 
 
-def test_parameter_table_chapter3_tied():
+def test_parameter_table_textbook_tied():
     cfg = textbook()
     model = GPT(cfg)
     table = parameter_table(model)

@@ -26,7 +26,7 @@ def agg_backend():
 
 @pytest.fixture(scope="module")
 def maps():
-    """Real causal attention maps of a small chapter-3-like model: [L=2, h=4, n=6, n=6]."""
+    """Real causal attention maps of a small `textbook`-preset model: [L=2, h=4, n=6, n=6]."""
     torch.manual_seed(0)
     model = GPT(textbook(n_layer=2, n_embd=32, block_size=16))
     idx = torch.tensor([[26, 4, 12, 12, 0, 26]])  # ".emma."

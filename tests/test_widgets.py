@@ -45,7 +45,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory, tokenizer):
-    """Untrained microgpt models with 1, 2, 4 and 16 heads, and a small chapter-3-style model."""
+    """Untrained microgpt models with 1, 2, 4 and 16 heads, and a small `textbook`-preset model."""
     folder = tmp_path_factory.mktemp("ckpt")
     paths = {}
     for h in (1, 2, 4, 16):
@@ -53,9 +53,11 @@ def checkpoints(tmp_path_factory, tokenizer):
         paths[h] = folder / f"names-microgpt-h{h}.pt"
         save_checkpoint(paths[h], GPT(microgpt(n_head=h)), tokenizer)
     torch.manual_seed(0)
-    ch3 = folder / "names-textbook.pt"
-    save_checkpoint(ch3, GPT(textbook(n_layer=2, n_head=4, n_embd=32, block_size=16)), tokenizer)
-    return paths, ch3
+    textbook_path = folder / "names-textbook.pt"
+    save_checkpoint(
+        textbook_path, GPT(textbook(n_layer=2, n_head=4, n_embd=32, block_size=16)), tokenizer
+    )
+    return paths, textbook_path
 
 
 def _logits_after(model, ids):
@@ -156,19 +158,19 @@ def test_heads_explorer_context_crop_and_errors(checkpoints, tokenizer):
     assert w.error is None and w.tokens == list(".anna") and len(w.map_images) == 4
 
 
-def test_heads_explorer_chapter3_pickers(checkpoints):
-    paths, ch3 = checkpoints
-    w = gw.heads_explorer({4: paths[4]}, context="emma", chapter3_checkpoint=ch3)
+def test_heads_explorer_textbook_pickers(checkpoints):
+    paths, textbook_path = checkpoints
+    w = gw.heads_explorer({4: paths[4]}, context="emma", textbook_checkpoint=textbook_path)
     assert (w.layer.min, w.layer.max, w.head.min, w.head.max) == (0, 1, 0, 3)
-    assert w.chapter3_maps.shape == (2, 4, 5, 5)
-    first = w.chapter3_weights
+    assert w.textbook_maps.shape == (2, 4, 5, 5)
+    first = w.textbook_weights
     w.layer.value, w.head.value = 1, 2
-    torch.testing.assert_close(w.chapter3_weights, w.chapter3_maps[1, 2])
-    assert not torch.equal(first, w.chapter3_weights)
-    assert w.chapter3_figure.axes[0].get_title() == "Chapter-3 model: layer 1, head 2"
+    torch.testing.assert_close(w.textbook_weights, w.textbook_maps[1, 2])
+    assert not torch.equal(first, w.textbook_weights)
+    assert w.textbook_figure.axes[0].get_title() == "textbook preset: layer 1, head 2"
     w.context.value = "annabelle"
-    assert w.chapter3_maps.shape == (2, 4, 10, 10)  # block 16: nothing cropped
-    assert w.chapter3_tokens == list(".annabelle") and w.tokens == list(".annabelle"[-8:])
+    assert w.textbook_maps.shape == (2, 4, 10, 10)  # block 16: nothing cropped
+    assert w.textbook_tokens == list(".annabelle") and w.tokens == list(".annabelle"[-8:])
 
 
 def test_attention_scale_explorer():

@@ -1,7 +1,7 @@
 """Exercises with checks: each `check_*` runs the reader's function on random inputs, compares it
 with the reference solution, and on a mismatch names the likely mistake.
 
-One submodule per chapter; every name a submodule lists in `__all__` is re-exported here, so a
+One submodule per notebook; every name a submodule lists in `__all__` is re-exported here, so a
 notebook writes `from gptlib.exercises import check_pre_norm_block`, and
 `show_solution(check_pre_norm_block)` prints the reference solution.
 """

@@ -1,4 +1,4 @@
-"""Chapter 03, scaled dot-product attention: causal attention for every head at once.
+"""Notebook 03, scaled dot-product attention: causal attention for every head at once.
 
 The reader writes `causal_attention(q, k, v)` for per-head tensors q, k, v of shape
 [B, h, n, d_h] and returns softmax(Q K^T / sqrt(d_h) + causal mask) V, shape [B, h, n, d_h].

@@ -1,4 +1,4 @@
-"""Chapter 00 exercise: many documents, one stream of ids.
+"""Notebook 00 exercise: many documents, one stream of ids.
 
 The reader writes `encode_stream(documents, tokenizer)`: every document is preceded by BOS and
 one BOS closes the stream, so ".emma.olivia." becomes one 1-D tensor of ids. The model then

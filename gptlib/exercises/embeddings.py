@@ -1,4 +1,4 @@
-"""Chapter 01 exercise: turn token ids into the vectors the first block reads.
+"""Notebook 01 exercise: turn token ids into the vectors the first block reads.
 
 `x = wte[ids] + wpe[positions]`: one row of the token table per id, one row of the position
 table per place in the window (0..n-1, whatever the ids are), added, not concatenated.

@@ -1,4 +1,4 @@
-"""Chapter 04, multi-head attention: cutting [B, n, d] into heads and gluing them back.
+"""Notebook 04, multi-head attention: cutting [B, n, d] into heads and gluing them back.
 
 `split_heads(x, n_head)`: [B, n, d] -> [B, h, n, d_h], head i owning features i*d_h..(i+1)*d_h-1.
 `merge_heads(y)`: [B, h, n, d_h] -> [B, n, d], the inverse.

@@ -1,4 +1,4 @@
-"""Chapter 05, residual connections and normalisation: the block's two placements, and RMSNorm's
+"""Notebook 05, residual connections and normalisation: the block's two placements, and RMSNorm's
 backward pass.
 
 `pre_norm_block(x, attn, mlp, norm1, norm2)` and `post_norm_block(x, attn, mlp, norm1, norm2)`
@@ -9,7 +9,7 @@ take the residual stream x [B, n, d] and the four sublayers of one block as call
     post-norm: h = norm1(x + attn(x));  out = norm2(h + mlp(h))
 
 Each is checked against `gptlib.model.Block` built around the same four modules (pre-norm with
-RMSNorm as in chapter 2, post-norm with LayerNorm as in chapter 3).
+RMSNorm as in textbook chapter 2, post-norm with LayerNorm as in textbook chapter 3).
 
 Optional, harder: `rmsnorm_backward(x, weight, grad_out, eps)` for x [..., d] of any leading
 shape, weight [d] and grad_out = dL/dy [..., d] with y = x / sqrt(mean(x^2) + eps) * weight
@@ -253,7 +253,7 @@ POST_MISTAKES = [
 
 def _random_block(placement: str, g: torch.Generator) -> Block:
     """A small gptlib Block (d 8, 2 heads) with every parameter drawn from `g`: pre-norm with
-    RMSNorm as in chapter 2, post-norm with LayerNorm as in chapter 3."""
+    RMSNorm as in textbook chapter 2, post-norm with LayerNorm as in textbook chapter 3."""
     preset = microgpt if placement == "pre" else textbook
     cfg = preset(n_embd=8, n_head=2, block_size=8, n_layer=1, norm_placement=placement)
     with torch.random.fork_rng(devices=[]):  # building a module draws from the global RNG

@@ -180,7 +180,7 @@ _LOOKUP_MISTAKES = [
         _weighted_keys,
     ),
     (
-        "you divided the scores by sqrt(d_k); that scale belongs to the next chapter, here the "
+        "you divided the scores by sqrt(d_k); that scale belongs to the next notebook, here the "
         "weights are softmax(keys @ query) as they are",
         _scaled,
     ),

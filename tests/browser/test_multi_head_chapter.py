@@ -1,4 +1,4 @@
-"""Chapter 4 in JupyterLab: it runs top to bottom, and moving the heads slider shows one
+"""Notebook 04 in JupyterLab: it runs top to bottom, and moving the heads slider shows one
 attention map per head of the model it names."""
 
 import re

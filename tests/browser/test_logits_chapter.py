@@ -63,7 +63,7 @@ def _wait_for_samples(page, words: list[str]) -> None:
     expect(page.locator(f"{EXPLORER} .gptlib-samples")).to_have_text(pattern)
 
 
-def test_generation_chapter_runs_and_temperature_slider_drives_samples(page, lab, expected):
+def test_logits_chapter_runs_and_temperature_slider_drives_samples(page, lab, expected):
     notebook = lab.root / NOTEBOOK
     open_notebook(page, lab.url, NOTEBOOK)
     run_all_cells(page, code_cell_count(notebook))

@@ -1,0 +1,196 @@
+"""GLOSSARY.md stays true to the notebooks.
+
+Every link into ``notebooks/*.ipynb`` must name a notebook that exists and, when it carries a
+``#fragment``, a markdown heading of that notebook as JupyterLab renders it: the heading's text
+(inline markup such as backticks removed) with every space replaced by ``-``. Every notebook is
+linked at least once, the glossary tables hold at least 50 complete rows, the core questions
+Q1-Q12 each point at a notebook, and README.md links the glossary.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GLOSSARY = ROOT / "GLOSSARY.md"
+NOTEBOOKS = ROOT / "notebooks"
+
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def rendered_text(heading: str) -> str:
+    """The text content JupyterLab gives a heading: inline markup removed, characters kept."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # links and images keep their text
+    text = re.sub(r"(`+)(.+?)\1", lambda m: m.group(2).strip(), text)  # code spans lose backticks
+    text = re.sub(r"(\*\*|__)(.+?)\1", r"\2", text)  # bold
+    text = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"\1", text)  # *emphasis*
+    return text.strip()
+
+
+def jupyterlab_anchor(heading: str) -> str:
+    return rendered_text(heading).replace(" ", "-")
+
+
+def notebook_headings(path: Path) -> list[str]:
+    """Markdown headings (ATX style) of a notebook, outside fenced code blocks."""
+    headings = []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        if cell.get("cell_type") != "markdown":
+            continue
+        in_fence = False
+        for line in _source(cell).splitlines():
+            if _FENCE.match(line):
+                in_fence = not in_fence
+                continue
+            if in_fence:
+                continue
+            m = _HEADING.match(line)
+            if m:
+                headings.append(m.group(2))
+    return headings
+
+
+def notebook_anchors(path: Path) -> set[str]:
+    # A heading with LaTeX is typeset by MathJax, so its anchor is not predictable: not linkable.
+    return {jupyterlab_anchor(h) for h in notebook_headings(path) if "$" not in h}
+
+
+def _link_targets(text: str, prefix: str) -> list[str]:
+    """Destinations of markdown links that start with ``prefix``, balanced parentheses kept."""
+    targets = []
+    start = 0
+    opener = "](" + prefix
+    while (i := text.find(opener, start)) != -1:
+        j = i + 2
+        depth = 1
+        k = j
+        while k < len(text) and depth:
+            if text[k] == "(":
+                depth += 1
+            elif text[k] == ")":
+                depth -= 1
+            elif text[k] in " \n":
+                break
+            k += 1
+        assert depth == 0, f"unterminated link near {text[i : i + 80]!r}"
+        targets.append(text[j : k - 1])
+        start = k
+    return targets
+
+
+def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every pipe table as (header cells, body rows of cells)."""
+    tables = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if line.startswith("|") and re.fullmatch(r"\|(\s*:?-{3,}:?\s*\|)+", nxt):
+            header = _cells(line)
+            rows = []
+            i += 2
+            while i < len(lines) and lines[i].strip().startswith("|"):
+                rows.append(_cells(lines[i].strip()))
+                i += 1
+            tables.append((header, rows))
+        else:
+            i += 1
+    return tables
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in _CELL_SPLIT.split(row.strip().strip("|"))]
+
+
+@pytest.fixture(scope="module")
+def glossary() -> str:
+    assert GLOSSARY.is_file(), "GLOSSARY.md is missing at the repository root"
+    return GLOSSARY.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def links(glossary: str) -> list[tuple[str, str | None]]:
+    found = []
+    for target in _link_targets(glossary, "notebooks/"):
+        path, _, fragment = target.partition("#")
+        found.append((path, unquote(fragment) if fragment else None))
+    assert found, "GLOSSARY.md links no notebook"
+    return found
+
+
+def test_anchor_rule_matches_jupyterlab():
+    assert jupyterlab_anchor("Pre-norm or post-norm") == "Pre-norm-or-post-norm"
+    assert (
+        jupyterlab_anchor("1. `lm_head`: from d to V, by hand")
+        == "1.-lm_head:-from-d-to-V,-by-hand"
+    )
+    assert jupyterlab_anchor("4. Temperature (温度)") == "4.-Temperature-(温度)"
+
+
+def test_every_link_names_an_existing_notebook_and_heading(links):
+    problems = []
+    anchors: dict[str, set[str]] = {}
+    for path, fragment in links:
+        file = ROOT / path
+        if not (path.endswith(".ipynb") and file.is_file()):
+            problems.append(f"{path}: no such notebook")
+            continue
+        if fragment is None:
+            continue
+        if path not in anchors:
+            anchors[path] = notebook_anchors(file)
+        if fragment not in anchors[path]:
+            problems.append(f"{path}#{fragment}: no heading of that notebook has this anchor")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_notebook_is_linked(links):
+    linked = {Path(path).name for path, _ in links}
+    missing = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name not in linked)
+    assert not missing, f"notebooks the glossary never links: {missing}"
+
+
+def test_glossary_table_is_complete(glossary):
+    rows = []
+    for header, body in _tables(glossary):
+        if header[:2] == ["English", "中文"]:
+            assert len(header) == 4, f"glossary table header should have 4 columns: {header}"
+            rows.extend(body)
+    assert len(rows) >= 50, f"only {len(rows)} glossary rows"
+    for row in rows:
+        assert len(row) == 4, f"row does not have 4 cells: {row}"
+        english, chinese, meaning, where = row
+        assert english and chinese and meaning, f"empty English, 中文 or meaning cell: {row}"
+        assert "](notebooks/" in where, f"row does not say where it is taught: {row}"
+    names = [row[0].lower() for row in rows]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    assert not duplicates, f"terms listed twice: {duplicates}"
+
+
+def test_core_questions_all_point_at_a_notebook(glossary):
+    questions = {}
+    for header, body in _tables(glossary):
+        if header and header[0] == "Question":
+            for row in body:
+                questions[row[0].split()[0]] = row
+    assert sorted(questions, key=lambda q: int(q[1:])) == [f"Q{i}" for i in range(1, 13)]
+    for q, row in questions.items():
+        assert any("](notebooks/" in cell for cell in row), f"{q} links no notebook"
+
+
+def test_readme_links_the_glossary():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert re.search(r"\]\(\.?/?GLOSSARY\.md\)", readme), "README.md does not link GLOSSARY.md"

@@ -1,4 +1,5 @@
-"""Chapter 09, the training loop: the training step itself, and the validation loss.
+"""Notebooks 09 and 10, training: the training step itself (notebook 09), and the validation loss
+(notebook 10).
 
 `train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed)` trains
 `model` for `steps` steps on random windows of the 1-D id tensor `tokens` and returns the list of

@@ -662,12 +662,11 @@ def plot_ladder(
     title: str = "What each piece buys",
 ) -> Figure:
     """One loss per rung of a ladder of models, left to right as pieces are added, each point
-    labelled with its value; baselines (label -> loss) are dashed lines, each its own colour."""
+    labelled with its value; baselines (label -> loss) are reference lines, each its own colour
+    and dash."""
     values = _array(losses)
     if values.ndim != 1 or len(names) != len(values):
         raise ValueError(f"got {len(names)} names for losses of shape {values.shape}")
-    if len(baselines or {}) > len(BASELINE_COLORS):
-        raise ValueError(f"at most {len(BASELINE_COLORS)} baselines, got {len(baselines)}")
     fig, axes = _new_figure()
     ax = axes[0, 0]
     xs = np.arange(len(values))
@@ -676,8 +675,7 @@ def plot_ladder(
         ax.annotate(
             f"{v:.2f}", (x, v), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=8
         )
-    for (label, y), color in zip((baselines or {}).items(), BASELINE_COLORS, strict=False):
-        ax.axhline(float(y), linestyle="--", color=color, linewidth=1, label=f"{label}: {y:.2f}")
+    _draw_reference_lines(ax, baseline=baselines)
     ax.set_xticks(xs, [str(n) for n in names], fontsize=8)
     ax.set_xlabel("pieces added, left to right")
     ax.set_ylabel("validation loss (nats per token)")

@@ -431,7 +431,7 @@ def test_plot_ladder_points_labels_and_distinct_baselines():
     assert [line.get_ydata()[0] for line in baselines] == [2.38, 3.3]
     assert len({to_hex(line.get_color()) for line in ax.lines}) == 3  # all distinct
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == ["validation loss", "count bigram: 2.38", "ln V: 3.30"]
+    assert legend == ["validation loss", "count bigram 2.38", "ln V 3.30"]
     with pytest.raises(ValueError, match="got 2 names for losses of shape"):
         viz.plot_ladder(names[:2], [1.0, 2.0, 3.0])
 

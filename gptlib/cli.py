@@ -215,7 +215,9 @@ def _config(args, settings, corpus, ck):
 
 def cmd_train(args: argparse.Namespace) -> int:
     try:
-        return _train(args)
+        code = _train(args)
+        distributed.finish()  # only after success: a failed rank must not wait for the others
+        return code
     finally:
         distributed.teardown()
 

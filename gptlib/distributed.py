@@ -94,6 +94,13 @@ def gather(obj):
     return out
 
 
+def finish() -> None:
+    """After a run that ended well: wait until every rank is done, so no rank tears the group
+    down while another still talks to it (a gloo peer that vanishes aborts the others)."""
+    if dist.is_initialized():
+        dist.barrier()
+
+
 def teardown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

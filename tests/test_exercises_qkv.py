@@ -4,9 +4,7 @@ import torch
 from gptlib import GPT, microgpt
 from gptlib.exercises import (
     check_qkv_split,
-    check_soft_lookup,
     solution_qkv_split,
-    solution_soft_lookup,
 )
 
 
@@ -73,40 +71,5 @@ def _split_on_dim_1(x, w):
 )
 def test_split_check_names_the_mistake(wrong, hint):
     result = check_qkv_split(wrong)
-    assert not result.passed
-    assert hint in result.message, result.message
-
-
-def test_soft_lookup_solution():
-    keys = torch.tensor([[10.0, 0.0], [0.0, 10.0]])
-    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
-    weights, result = solution_soft_lookup(torch.tensor([1.0, 0.0]), keys, values)
-    assert weights.sum().item() == pytest.approx(1.0)
-    assert weights[0].item() > 0.9999  # a query that matches key 0 much better reads value 0
-    torch.testing.assert_close(result, values[0], atol=1e-3, rtol=0)
-    assert check_soft_lookup(solution_soft_lookup).passed
-
-
-@pytest.mark.parametrize(
-    ("wrong", "hint"),
-    [
-        (
-            lambda q, k, v: (
-                w := torch.nn.functional.one_hot((k @ q).argmax(), k.size(0)).float(),
-                w @ v,
-            ),
-            "hard lookup",
-        ),
-        (lambda q, k, v: (k @ q, (k @ q) @ v), "through a softmax"),
-        (lambda q, k, v: (torch.full((k.size(0),), 1 / k.size(0)), v.mean(0)), "same weight"),
-        (lambda q, k, v: ((k @ q).softmax(0), (k @ q).softmax(0) @ k), "averages the keys"),
-        (
-            lambda q, k, v: (w := (k @ q / k.size(1) ** 0.5).softmax(0), w @ v),
-            "sqrt(d_k)",
-        ),
-    ],
-)
-def test_soft_lookup_check_names_the_mistake(wrong, hint):
-    result = check_soft_lookup(wrong)
     assert not result.passed
     assert hint in result.message, result.message

@@ -1,9 +1,8 @@
 """Notebook 02 exercises: queries, keys and values.
 
 `check_qkv_split`: one fused projection gives the queries, keys and values of every position at
-once; cut them apart, q, k, v each [B, n, d] (the heads come in notebook 04).
-`check_soft_lookup`: one query reads a weighted average of the values, the weights a softmax over
-its dot products with the keys.
+once; cut them apart, q, k, v each [B, n, d] (the heads come in notebook 04). (The soft lookup
+is written out in the notebook itself, a few lines above; it is not asked again.)
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import torch
 
 from gptlib.exercises.checking import CheckResult, compare, solved_by
 
-__all__ = ["check_qkv_split", "check_soft_lookup", "solution_qkv_split", "solution_soft_lookup"]
+__all__ = ["check_qkv_split", "solution_qkv_split"]
 
 # n != d and 3d != n, so that a split along the positions or a transposed weight shows up.
 _B, _N, _D = 2, 5, 6
@@ -108,93 +107,4 @@ def check_qkv_split(split_fn) -> CheckResult:
         _make_split_inputs,
         mistakes=_SPLIT_MISTAKES,
         error_hints=_SPLIT_ERROR_HINTS,
-    )
-
-
-# --- soft lookup -----------------------------------------------------------------------------
-
-_NKEYS, _DK, _DV = 6, 4, 3
-
-
-def solution_soft_lookup(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor):
-    """query [d_k], keys [m, d_k], values [m, d_v] -> (weights [m], result [d_v]).
-
-    weights = softmax(keys @ query): how well each key matches; result = weights @ values.
-    """
-    weights = (keys @ query).softmax(dim=0)  # [m], sums to 1
-    return weights, weights @ values  # [m], [d_v]
-
-
-def _make_lookup_inputs(g: torch.Generator):
-    query = torch.randn(_DK, generator=g)
-    keys = torch.randn(_NKEYS, _DK, generator=g)
-    values = torch.randn(_NKEYS, _DV, generator=g)
-    return query, keys, values
-
-
-def _hard_lookup(query, keys, values):
-    scores = keys @ query
-    weights = torch.nn.functional.one_hot(scores.argmax(), keys.size(0)).to(values.dtype)
-    return weights, weights @ values
-
-
-def _no_softmax(query, keys, values):
-    scores = keys @ query
-    return scores, scores @ values
-
-
-def _plain_average(query, keys, values):
-    weights = torch.full((keys.size(0),), 1.0 / keys.size(0))
-    return weights, weights @ values
-
-
-def _scaled(query, keys, values):
-    weights = (keys @ query / keys.size(1) ** 0.5).softmax(dim=0)
-    return weights, weights @ values
-
-
-def _weighted_keys(query, keys, values):
-    weights = (keys @ query).softmax(dim=0)
-    return weights, weights @ keys  # [d_k]
-
-
-_LOOKUP_MISTAKES = [
-    (
-        "that is a hard lookup: all the weight on the best-matching key (argmax); a soft lookup "
-        "spreads it with softmax(keys @ query)",
-        _hard_lookup,
-    ),
-    (
-        "the weights are raw dot products; pass them through a softmax so they are positive and "
-        "sum to 1",
-        _no_softmax,
-    ),
-    (
-        "every value got the same weight 1/m: the query and keys did not take part; weights = "
-        "softmax(keys @ query)",
-        _plain_average,
-    ),
-    (
-        "the result averages the keys; keys only decide the weights, the result is weights @ "
-        "values",
-        _weighted_keys,
-    ),
-    (
-        "you divided the scores by sqrt(d_k); that scale belongs to the next notebook, here the "
-        "weights are softmax(keys @ query) as they are",
-        _scaled,
-    ),
-]
-
-
-@solved_by(solution_soft_lookup)
-def check_soft_lookup(lookup_fn) -> CheckResult:
-    """Check `lookup_fn(query [d_k], keys [m, d_k], values [m, d_v]) -> (weights [m], result
-    [d_v])`, with weights = softmax(keys @ query) and result = weights @ values."""
-    return compare(
-        "soft_lookup",
-        lookup_fn,
-        solution_soft_lookup,
-        _make_lookup_inputs,
-        mistakes=_LOOKUP_MISTAKES,
     )

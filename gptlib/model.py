@@ -91,7 +91,9 @@ class GPT(nn.Module):
             )
         # Checked on the way in (no cache, or a prefill); decode steps feed back the model's own
         # samples, and the check would cost a device sync per generated token on a GPU.
-        if n and not past and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
+        # Under torch.compile the check would break the graph (a Python int from a tensor).
+        checked = n and not past and not torch.compiler.is_compiling()
+        if checked and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
             raise ValueError(
                 f"token ids must lie in 0..{self.cfg.vocab_size - 1} (vocab_size), got ids from "
                 f"{int(idx.min())} to {int(idx.max())}; was the text encoded with this model's "

@@ -80,7 +80,8 @@ def _pre_stream_normalised(x, attn, mlp, norm1, norm2):
     return h + mlp(h)
 
 
-def _pre_norm_on_output(x, attn, mlp, norm1, norm2):
+def _norm_on_output(x, attn, mlp, norm1, norm2):
+    # The same slip in either placement: the norm wraps the sublayer's output, x + norm(f(x)).
     h = x + norm1(attn(x))
     return h + norm2(mlp(h))
 
@@ -132,7 +133,7 @@ PRE_MISTAKES = [
     (
         "the norm is applied to the sublayer's output, x + norm(f(x)); in pre-norm it goes on "
         "the sublayer's input: x + f(norm(x))",
-        _pre_norm_on_output,
+        _norm_on_output,
     ),
     (
         "norm1 and norm2 are swapped: norm1 comes before attention, norm2 before the MLP",
@@ -182,11 +183,6 @@ def _post_sublayers_read_norms(x, attn, mlp, norm1, norm2):
     return norm2(h + mlp(norm2(h)))
 
 
-def _post_norm_on_output(x, attn, mlp, norm1, norm2):
-    h = x + norm1(attn(x))
-    return h + norm2(mlp(h))
-
-
 def _post_norms_swapped(x, attn, mlp, norm1, norm2):
     return solution_post_norm_block(x, attn, mlp, norm2, norm1)
 
@@ -231,7 +227,7 @@ POST_MISTAKES = [
     (
         "the norm is applied to the sublayer's output, x + norm(f(x)); post-norm normalises the "
         "whole sum: norm(x + f(x))",
-        _post_norm_on_output,
+        _norm_on_output,
     ),
     (
         "norm1 and norm2 are swapped: norm1 follows attention's sum, norm2 the MLP's",

@@ -9,6 +9,7 @@ and can never run code.
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +50,11 @@ def save_checkpoint(
     history: History | None = None,
     extra: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
+    overwrite: bool = True,
 ) -> None:
+    """Write the checkpoint to `path` atomically. With `overwrite=False` an existing file at
+    `path` is never replaced (FileExistsError, and the new checkpoint is not written): the new
+    file is linked into place, which fails if the name is taken, in the same step."""
     path = os.fspath(path)
     payload = {
         "format": FORMAT,
@@ -74,11 +79,28 @@ def save_checkpoint(
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            _link_no_clobber(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def _link_no_clobber(tmp: str, path: str) -> None:
+    """Give the finished file `tmp` the name `path` unless that name is taken."""
+    try:
+        os.link(tmp, path)  # atomic, and fails with FileExistsError when `path` exists
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links: check, then rename (almost atomic)
+        if os.path.exists(path):
+            raise FileExistsError(path) from None
+        os.replace(tmp, path)
+        return
+    os.remove(tmp)
 
 
 def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu") -> Checkpoint:
@@ -88,7 +110,27 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
             f"checkpoint {path!r} does not exist; train one with `python -m gptlib train --out {path}`"
         )
     try:
-        payload = torch.load(path, map_location=device, weights_only=True)
+        # Everything is read onto the CPU first: random-generator states must stay CPU tensors
+        # (torch.Generator.set_state refuses others), and the weights move with the model below.
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except IsADirectoryError:
+        raise CheckpointError(
+            f"{path!r} is a folder, not a checkpoint file; give the path of a .pt file written by "
+            "`python -m gptlib train`"
+        ) from None
+    except pickle.UnpicklingError as e:
+        if "weights only" not in str(e).lower():
+            raise CheckpointError(
+                f"{path!r} could not be read as a checkpoint (truncated, corrupted or not a torch "
+                f"file): {str(e).splitlines()[0] if str(e) else 'UnpicklingError'}"
+            ) from None
+        # torch's own message suggests loading with weights_only=False: that runs whatever code
+        # the file holds, so it is not passed on.
+        raise CheckpointError(
+            f"{path!r} is not a gptlib checkpoint: it holds Python objects that a checkpoint never "
+            "contains, so it was written by other code and is not loaded (loading it could run "
+            "that code); give a checkpoint written by `python -m gptlib train`"
+        ) from None
     except Exception as e:  # torch.load fails in many ways on a bad file; all mean the same
         raise CheckpointError(
             f"{path!r} could not be read as a checkpoint (truncated, corrupted or not a torch "
@@ -106,8 +148,9 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
     try:
         config = GPTConfig.from_dict(payload["config"])
         tokenizer = CharTokenizer.from_dict(payload["tokenizer"])
-        model = GPT(config).to(device)
+        model = GPT(config)
         model.load_state_dict(payload["model"])
+        model.to(device)
     except (KeyError, ValueError, RuntimeError) as e:
         raise CheckpointError(
             f"{path!r} is an incomplete or inconsistent checkpoint: {e}"
@@ -130,8 +173,9 @@ def check_writable(path: str | os.PathLike) -> None:
     """Raise now, before any training, if a checkpoint could not be written to `path` later:
     its folder must exist or be creatable, and must accept a new file."""
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise ValueError(f"--out {path!r} is a folder; give a file name such as {path}/model.pt")
+    if path.endswith(("/", os.sep)) or os.path.isdir(path):
+        name = os.path.join(path, "model.pt")
+        raise ValueError(f"--out {path!r} is a folder; give a file name such as {name}")
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)

@@ -59,22 +59,36 @@ def load_tang300(path: str | os.PathLike | None = None) -> list[str]:
     return poems
 
 
+BUILT_IN = ("names", "surnames", "tang300")
+_GIVE_A_FILE = (
+    "give the path of a UTF-8 text file, or 'names' / 'surnames' / 'tang300' for a built-in corpus"
+)
+
+
 def load_text(path: str | os.PathLike) -> str:
-    """A UTF-8 text file, read whole."""
+    """A UTF-8 text file, read whole; a byte-order mark at its start is dropped ("utf-8-sig").
+
+    Refuses, with one line that says what to give instead: a missing file, a folder, a file that
+    cannot be read, one that is not UTF-8, and one with no text (empty, or only whitespace).
+    """
+    shown = repr(os.fspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"{shown} is a folder, not a text file; {_GIVE_A_FILE}")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except FileNotFoundError:
-        raise FileNotFoundError(
-            f"text file {os.fspath(path)!r} does not exist; give the path of a UTF-8 text file, "
-            "or 'names' / 'surnames' for a built-in corpus"
-        ) from None
+        raise FileNotFoundError(f"text file {shown} does not exist; {_GIVE_A_FILE}") from None
     except UnicodeDecodeError as e:
+        raise ValueError(f"{shown} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:  # no permission, a device, ...
         raise ValueError(
-            f"{os.fspath(path)!r} is not UTF-8 text ({e.reason} at byte {e.start})"
+            f"cannot read {shown} ({e.strerror or e}); make it readable, or {_GIVE_A_FILE}"
         ) from None
     if not text:
-        raise ValueError(f"text file {os.fspath(path)!r} is empty")
+        raise ValueError(f"text file {shown} is empty")
+    if not text.strip():
+        raise ValueError(f"{shown} holds only blank lines / whitespace; give a file with text")
     return text
 
 
@@ -140,28 +154,47 @@ def split_documents(documents: list[str], val_fraction: float = 0.1, seed: int =
     return docs[n_val:], docs[:n_val]
 
 
-BUILT_IN = ("names", "surnames", "tang300")
 READINGS = ("auto", "lines", "text")
-# A file reads as one item per line when it has no blank line and its median line is this short:
-# names, words and titles are far shorter, hard-wrapped prose (65-80 characters) is longer.
+# A file reads as one item per line when its median line is this short: names, words and titles
+# are far shorter, hard-wrapped prose (65-80 characters) is longer.
 MAX_MEDIAN_LINE = 50
+# Blank lines mark paragraphs (running text) when at least this share of the lines are blank:
+# prose and verse have one every few lines (10-30%), a list has none, or a few strays (one in
+# 32,033 names, say) that must not turn it into running text.
+MIN_BLANK_SHARE = 0.01
 
 
 def detect_reading(text: str) -> tuple[str, str]:
-    """("lines" | "text", why): one document per line, or running text."""
+    """("lines" | "text", why): one document per line, or running text.
+
+    Running text when the blank lines are at least MIN_BLANK_SHARE (1%) of the lines (trailing
+    ones not counted): they separate paragraphs. Fewer are strays and are ignored (why says how
+    many); the file is then one document per line when its median non-blank line has at most
+    MAX_MEDIAN_LINE characters, running text otherwise.
+    """
     lines = text.splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
-    blank = sum(1 for line in lines if not line.strip())
-    if len(lines) < 2:
+    filled = [line for line in lines if line.strip()]
+    blank = len(lines) - len(filled)
+    if len(filled) < 2:
         return "text", "a single line"
-    if blank:
-        return "text", f"{blank:,} blank line(s) between paragraphs"
-    median = statistics.median(len(line) for line in lines)
+    share = blank / len(lines)
+    if share >= MIN_BLANK_SHARE:
+        return "text", (
+            f"{blank:,} blank line(s) between paragraphs, {share:.0%} of {len(lines):,} lines "
+            f"(at least {MIN_BLANK_SHARE:.0%})"
+        )
+    median = statistics.median(len(line) for line in filled)
     if median > MAX_MEDIAN_LINE:
         return "text", f"median line of {median:g} characters, more than {MAX_MEDIAN_LINE}"
+    blanks = (
+        f"{blank:,} blank line(s) ignored (under {MIN_BLANK_SHARE:.0%} of the lines)"
+        if blank
+        else "no blank line"
+    )
     return "lines", (
-        f"{len(lines):,} lines, no blank line, median line of {median:g} characters "
+        f"{len(filled):,} lines, {blanks}, median line of {median:g} characters "
         f"(at most {MAX_MEDIAN_LINE})"
     )
 

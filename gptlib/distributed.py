@@ -94,6 +94,13 @@ def gather(obj):
     return out
 
 
+def collective_device() -> torch.device:
+    """Where a tensor for a collective must live: the GPU under NCCL, the CPU under gloo."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def finish() -> None:
     """After a run that ended well: wait until every rank is done, so no rank tears the group
     down while another still talks to it (a gloo peer that vanishes aborts the others)."""

@@ -191,19 +191,46 @@ def sample_documents(
     generator: torch.Generator | None = None,
     use_cache: bool = True,
     top_p: float | None = None,
+    prompt: str | None = None,
 ) -> list[str]:
-    """New documents (names, for the names corpus): start at BOS, stop at the next BOS."""
+    """New documents (names, for the names corpus): start at BOS, stop at the next BOS.
+
+    With `prompt`, every document begins with it: the model is fed BOS + the prompt and continues
+    from there, so it writes a document that starts that way ("em" -> "emma", "emily", ...). The
+    returned documents include the prompt; up to `max_len` tokens are sampled after it. A prompt
+    with a character outside the vocabulary, or with the BOS symbol (which ends a document), is
+    refused.
+    """
     bos = tokenizer.bos_id
     if bos is None:
         raise ValueError("sample_documents needs a tokenizer with a BOS token (a document corpus)")
+    prompt_ids = _document_prompt(tokenizer, prompt or "")
     device = model.lm_head.weight.device
-    start = torch.full((num, 1), bos, dtype=torch.long, device=device)
+    start = torch.tensor([bos, *prompt_ids], dtype=torch.long, device=device).repeat(num, 1)
     out = generate(model, start, max_len, temperature, top_k, generator, bos, use_cache, top_p)
     docs = []
-    for row in out[:, 1:].tolist():
+    for row in out[:, 1:].tolist():  # the prompt holds no BOS: the first one ends the document
         cut = row.index(bos) if bos in row else len(row)
         docs.append(tokenizer.decode(row[:cut]))
     return docs
+
+
+def _document_prompt(tokenizer: CharTokenizer, prompt: str) -> list[int]:
+    """The ids of a prompt that starts a document, or a ValueError naming what cannot be in it."""
+    unknown = [ch for ch in dict.fromkeys(prompt) if ch not in tokenizer.stoi]
+    if unknown:
+        known = "".join(tokenizer.chars)
+        shown = repr(known) if len(known) <= 80 else f"{known[:80]!r}..."  # tang300 has 2,578
+        raise ValueError(
+            f"prompt {prompt!r} has character(s) {', '.join(map(repr, unknown))} not in the "
+            f"vocabulary; a document can only use these {len(known):,}: {shown}"
+        )
+    if tokenizer.bos in prompt:
+        raise ValueError(
+            f"prompt {prompt!r} contains the BOS symbol {tokenizer.bos!r}, which ends a document; "
+            "a prompt is the start of one document"
+        )
+    return tokenizer.encode(prompt)
 
 
 def complete(

@@ -136,6 +136,7 @@ def train(
     generators: Sequence[torch.Generator] | None = None,
     forward: torch.nn.Module | None = None,
     autocast_dtype: torch.dtype | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> History:
     """Train `model` on random windows of `tokens` and return the History.
 
@@ -151,7 +152,9 @@ def train(
     torch.bfloat16) runs it under autocast.
 
     A non-finite loss raises RuntimeError naming the step; Ctrl-C stops cleanly and returns the
-    history so far (with `interrupted=True`). Same model init + same seed -> same history.
+    history so far (with `interrupted=True`). `should_stop`, polled after every step, stops the
+    same way when it returns True: the command line turns Ctrl-C into that, so a run stops only
+    between steps (see `gptlib.run`). Same model init + same seed -> same history.
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
@@ -212,6 +215,9 @@ def train(
                 hist.val_loss.append(estimate_loss(model, val_tokens, batch_size, eval_batches))
             if callback is not None:
                 callback(hist)
+            if should_stop is not None and not last and should_stop():
+                hist.interrupted = True
+                break
     except KeyboardInterrupt:
         hist.interrupted = True
     return hist

@@ -77,10 +77,15 @@ def test_text_file_training(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["train", "--steps", "0"], "expected a number >= 1"),
+        (["train", "--steps", "0"], "expected a whole number >= 1, got 0"),
+        (["train", "--warmup", "-5"], "--warmup: expected a whole number >= 0, got -5"),
+        (["train", "--lr", "-1"], "--lr: expected a number > 0, got -1"),
+        (["train", "--lr", "0"], "--lr: expected a number > 0, got 0"),
+        (["train", "--lr", "nan"], "--lr: expected a finite number, got nan"),
+        (["train", "--samples", "-1"], "--samples: expected a whole number >= 0"),
         (["train", "--steps", "ten"], "expected a whole number"),
         (["train", "--preset", "gpt5"], "invalid choice"),
-        (["sample", "x.pt", "--temperature", "-1"], "expected a finite number >= 0"),
+        (["sample", "x.pt", "--temperature", "-1"], "expected a number >= 0, got -1"),
         (["fly"], "invalid choice"),
     ],
 )

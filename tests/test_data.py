@@ -3,7 +3,9 @@ import os
 import pytest
 import torch
 
+import gptlib.data
 from gptlib.data import (
+    READINGS,
     TANG300_PATH,
     detect_reading,
     load_corpus,
@@ -60,6 +62,44 @@ def test_missing_and_non_utf8_text(tmp_path):
         load_corpus(str(bad))
 
 
+def test_a_folder_or_an_unreadable_file_is_refused_in_one_line(tmp_path, monkeypatch):
+    with pytest.raises(
+        ValueError, match=r"is a folder, not a text file; give .*UTF-8 text file"
+    ) as e:
+        load_corpus(str(tmp_path))
+    assert str(tmp_path) in str(e.value) and "'tang300'" in str(e.value)
+    assert "\n" not in str(e.value)
+    path = tmp_path / "secret.txt"
+    path.write_text("emma\nolivia\n", encoding="utf-8")
+
+    def no_permission(file, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", os.fspath(file))
+
+    # chmod cannot keep root out, so the refusal is played by `open` itself
+    monkeypatch.setattr(gptlib.data, "open", no_permission, raising=False)
+    with pytest.raises(ValueError, match=r"cannot read '.*secret.txt' \(Permission denied\)"):
+        load_corpus(str(path))
+
+
+@pytest.mark.parametrize("reading", READINGS)
+@pytest.mark.parametrize("content", ["\n\n\n", " \n\t\n  \r\n\n"])
+def test_a_file_of_blank_lines_is_refused_at_once(tmp_path, content, reading):
+    path = tmp_path / "blank.txt"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match="blank.txt' holds only blank lines / whitespace; give a"):
+        load_corpus(str(path), reading=reading)
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path):
+    plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
+    plain.write_text("emma\nolivia\nava\n", encoding="utf-8")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())  # what Windows Notepad writes
+    for reading in READINGS:
+        a, b = load_corpus(str(plain), reading=reading), load_corpus(str(marked), reading=reading)
+        assert "\ufeff" not in b.tokenizer.chars
+        assert a.fingerprint() == b.fingerprint()
+
+
 def test_sample_batch_gives_the_same_window_twice():
     tokens = torch.arange(100)
     g = torch.Generator().manual_seed(0)
@@ -104,11 +144,32 @@ def test_one_name_per_line_reads_like_the_names_corpus(tmp_path):
         ("one paragraph.\n\nanother one.\n", "text", "1 blank line"),
         ("x" * 70 + "\n" + "y" * 60 + "\n", "text", "median line of 65 characters"),
         ("a single line without newline", "text", "a single line"),
+        ("\n\nonly one line\n\n", "text", "a single line"),
+        # a blank line in 100 lines is 1%: paragraphs; in 101 lines it is a stray one
+        ("emma\n" * 50 + "\n" + "ava\n" * 49, "text", "1 blank line(s) between paragraphs"),
+        ("emma\n" * 50 + "\n" + "ava\n" * 50, "lines", "100 lines, 1 blank line(s) ignored"),
+        (
+            "\n".join(["emma"] * 16_000 + [""] + ["ava"] * 16_032),
+            "lines",
+            "1 blank line(s) ignored",
+        ),
+        # verse: short lines, a blank line after every stanza
+        ("roses are red,\nviolets are blue,\n\n" * 30, "text", "29 blank line(s)"),
     ],
 )
 def test_detect_reading(text, reading, why):
     got, reason = detect_reading(text)
     assert got == reading and why in reason
+
+
+def test_a_stray_blank_line_does_not_turn_a_list_into_running_text(tmp_path):
+    names = load_names()
+    path = tmp_path / "names.txt"
+    path.write_text("\n".join([*names[:2000], "", *names[2000:]]) + "\n", encoding="utf-8")
+    corpus = load_corpus(str(path))
+    assert corpus.reading == "lines"
+    assert "5,163 lines, 1 blank line(s) ignored" in corpus.reason
+    assert corpus.fingerprint() == load_corpus("names").fingerprint()  # the blank line is gone
 
 
 def test_lines_reading_picks_a_bos_the_data_does_not_use(tmp_path):

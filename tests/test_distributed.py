@@ -90,8 +90,8 @@ def test_two_processes_equal_one_with_the_global_batch(tmp_path):
     print(f"max |two processes - one process| over all weights: {diff:.2e}")
     assert diff < 1e-5
     # each rank drew from its own seed, and the checkpoint kept every rank's generator state
-    assert torch.equal(gens[0].get_state(), ck.training["rng"]["batches"][0])
-    assert torch.equal(gens[1].get_state(), ck.training["rng"]["batches"][1])
+    assert torch.equal(gens[0].get_state(), ck.training["rng"][0]["batches"])
+    assert torch.equal(gens[1].get_state(), ck.training["rng"][1]["batches"])
 
 
 FAILING = """

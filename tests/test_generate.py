@@ -287,6 +287,49 @@ def test_sample_documents_stops_at_bos_and_matches_the_recompute_path():
     assert again == docs
 
 
+def _letters_model(seed=2):
+    tok = CharTokenizer.from_documents(["abcdefghij"])  # 10 letters + BOS "." = 11 symbols
+    cfg = textbook(vocab_size=tok.vocab_size, block_size=12, n_layer=2, n_head=4, n_embd=32)
+    return _model(cfg, seed=seed), tok
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_sample_documents_with_a_prompt_gives_documents_that_start_with_it(use_cache):
+    model, tok = _letters_model()
+    g = torch.Generator().manual_seed(0)
+    docs = sample_documents(
+        model, tok, 8, max_len=9, generator=g, use_cache=use_cache, prompt="bad"
+    )
+    assert len(docs) == 8
+    assert all(d.startswith("bad") and "." not in d and len(d) <= 3 + 9 for d in docs)
+    assert len(set(docs)) > 1
+    # The model reads BOS, then the prompt: the start of a document, not the middle of a stream.
+    start = torch.tensor([[tok.bos_id, *tok.encode("bad")]] * 8)
+    g = torch.Generator().manual_seed(0)
+    out = generate(model, start, 9, generator=g, stop_token=tok.bos_id, use_cache=use_cache)
+    assert docs == [tok.decode(row[1:]).split(".")[0] for row in out.tolist()]
+
+
+def test_greedy_document_is_unchanged_when_prompted_with_its_own_start():
+    model, tok = _letters_model(seed=3)
+    (doc,) = sample_documents(model, tok, 1, max_len=12, temperature=0)
+    assert 3 <= len(doc) < 12  # it ended at BOS
+    for n in range(len(doc) + 1):
+        assert sample_documents(model, tok, 1, 12, temperature=0, prompt=doc[:n]) == [doc]
+    g = torch.Generator().manual_seed(0)
+    no_prompt = sample_documents(model, tok, 4, 12, generator=g)
+    g = torch.Generator().manual_seed(0)
+    assert sample_documents(model, tok, 4, 12, generator=g, prompt="") == no_prompt
+
+
+def test_sample_documents_refuses_a_prompt_no_document_can_start_with():
+    model, tok = _letters_model()
+    with pytest.raises(ValueError, match=r"'Z', '!' not in the vocabulary.*10: 'abcdefghij'"):
+        sample_documents(model, tok, 2, prompt="aZb!Z")
+    with pytest.raises(ValueError, match=r"the BOS symbol '\.', which ends a document"):
+        sample_documents(model, tok, 2, prompt="ab.c")
+
+
 def test_sample_documents_needs_a_bos():
     tok = CharTokenizer.from_text("abc")
     model = _model(textbook(vocab_size=3, block_size=8, n_layer=1, n_head=2, n_embd=8))

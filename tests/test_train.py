@@ -171,3 +171,21 @@ def test_bfloat16_autocast_trains_float32_weights():
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert hist.loss[0] == pytest.approx(plain.loss[0], abs=0.05)  # bfloat16 rounds, same loss
     assert hist.loss[0] != plain.loss[0]
+
+
+def test_should_stop_ends_the_run_between_steps(small_microgpt):
+    torch.manual_seed(0)
+    model = GPT(small_microgpt)
+    tokens = torch.randint(0, 11, (200,))
+    polls = []
+
+    def stop_on_third_poll():
+        polls.append(1)
+        return len(polls) == 3
+
+    hist = train(model, tokens, 10, 2, should_stop=stop_on_third_poll)
+    assert hist.interrupted and hist.step == [0, 1, 2]
+    # polled after every step but the last: a run that ends anyway is not "interrupted"
+    polls.clear()
+    hist = train(model, tokens, 3, 2, should_stop=lambda: polls.append(1) or False)
+    assert not hist.interrupted and len(polls) == 2

@@ -65,6 +65,7 @@ assets: install
 
 benchmark: install
 	$(PY) benchmarks/train_throughput.py
+	$(PY) benchmarks/train_vs_hf.py
 	$(PY) benchmarks/generate_speed.py
 	$(PY) benchmarks/bpe_speed.py
 	$(PY) benchmarks/gpt2_vs_hf.py

@@ -198,8 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--compile",
         action="store_true",
-        help="torch.compile the model; pays on a GPU for large models and long runs, costs "
-        "compile time (default: off)",
+        help="torch.compile the model: a one-off compilation (tens of seconds) for faster "
+        "steps. It pays on a GPU when the model is large enough for the GPU, not Python, to set "
+        "the pace (GPT-2 small) and the run is long enough to earn the compile time back; a "
+        "short run of a small preset gets slower (default: off)",
     )
     t.add_argument(
         "--out",

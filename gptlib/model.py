@@ -111,16 +111,21 @@ class GPT(nn.Module):
 
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy of logits[:, :-1] against labels[:, 1:] (the shift lives here)."""
+        """Mean cross-entropy of position t's logits against labels[:, t + 1] (the shift lives
+        here): the same as logits[:, :-1] against labels[:, 1:]."""
         if labels.shape != logits.shape[:2]:
             raise ValueError(
                 f"labels must have the shape of idx, {tuple(logits.shape[:2])}, got "
                 f"{tuple(labels.shape)}; pass the same window as idx (the shift is done here)"
             )
         V = logits.size(-1)
+        # Position t is scored against token t + 1. Moving the labels one place left (the last
+        # position has nothing to predict: ignored) scores the same pairs as cutting the logits'
+        # last position, without copying B x (n-1) x V logits.
+        targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # [B, n]: token t+1 at t
         return F.cross_entropy(
-            logits[:, :-1].reshape(-1, V),  # [B(n-1), V]: positions 0..n-2 predict ...
-            labels[:, 1:].reshape(-1),  # [B(n-1)]: ... tokens 1..n-1
+            logits.reshape(-1, V),  # [Bn, V]: every position's prediction ...
+            targets.reshape(-1),  # [Bn]: ... of the next token (-100 at each last position)
             ignore_index=IGNORE_INDEX,
         )
 

@@ -28,12 +28,12 @@ part() {  # part NAME SECONDS COMMAND...
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 
-[ -n "${QUICK:-}" ] || part "unit tests" 240 $PY -m pytest -q -x -n 8 -p no:cacheprovider tests --ignore=tests/browser
+[ -n "${QUICK:-}" ] || part "unit tests" 200 $PY -m pytest -q -x -n 8 -p no:cacheprovider tests --ignore=tests/browser
 
 T="train --preset textbook --data names --batch-size 32 --eval-every 50 --dropout 0.1 --no-progress --samples 2"
 export PY DEV OUTDIR T
-part "train on cuda, 200 steps" 120 $PY -m gptlib $T --steps 200 --device $DEV --out "$OUTDIR/whole.pt"
-[ -n "${QUICK:-}" ] || part "bfloat16 + compile, 100 steps" 180 $PY -m gptlib $T --steps 100 --device $DEV \
+part "train on cuda, 200 steps" 90 $PY -m gptlib $T --steps 200 --device $DEV --out "$OUTDIR/whole.pt"
+[ -n "${QUICK:-}" ] || part "bfloat16 + compile, 100 steps" 150 $PY -m gptlib $T --steps 100 --device $DEV \
     --dtype bfloat16 --compile --out "$OUTDIR/bf16.pt"
 
 ctrl_c_then_resume() {
@@ -60,7 +60,7 @@ sys.exit(0 if a.step == b.step and diff <= 1e-5 else 1)
 PYEOF
 }
 export -f ctrl_c_then_resume
-part "Ctrl-C on cuda, then --resume" 180 bash -c ctrl_c_then_resume
+part "Ctrl-C on cuda, then --resume" 120 bash -c ctrl_c_then_resume
 
 across() {
     # saved on the GPU, resumed on the CPU; saved on the CPU, resumed on the GPU
@@ -70,7 +70,7 @@ across() {
         --samples 0 --out "$OUTDIR/back-on-cuda.pt"
 }
 export -f across
-part "resume across devices" 120 bash -c across
+part "resume across devices" 90 bash -c across
 
 echo
 printf '%s\n' "${results[@]}"

@@ -1,4 +1,5 @@
-"""`python -m gptlib train ...` and `python -m gptlib sample FILE ...`."""
+"""`python -m gptlib train ...`, `python -m gptlib sample FILE ...` and
+`python -m gptlib progress [NOTEBOOK_DIR]`."""
 
 from __future__ import annotations
 
@@ -266,6 +267,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--device",
         default=None,
         help="cpu | cuda | cuda:N | mps (default: $GPTLIB_DEVICE, else the best available)",
+    )
+
+    p = sub.add_parser(
+        "progress",
+        help="list every exercise of the course: notebook, difficulty, minutes and state",
+    )
+    p.add_argument(
+        "notebook_dir",
+        nargs="?",
+        default=None,
+        help="the folder of your notebooks, as last saved (default: the course's notebooks/)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=60.0,
+        help="seconds one check may run before it counts as failed (default: 60)",
     )
     return parser
 
@@ -595,12 +613,21 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_progress(args: argparse.Namespace) -> int:
+    from gptlib.exercises.progress import progress
+
+    progress(args.notebook_dir, args.timeout)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
             return cmd_train(args)
+        if args.command == "progress":
+            return cmd_progress(args)
         return cmd_sample(args)
     except (FileNotFoundError, CheckpointError, ValueError) as e:
         parser.exit(2, f"{parser.prog} {args.command}: error: {e}\n")

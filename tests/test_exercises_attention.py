@@ -21,11 +21,16 @@ def test_solution_equals_pytorch_causal_sdpa():
     torch.testing.assert_close(attention.solution_causal_attention(q, k, v), expected)
 
 
-def test_sdpa_as_the_readers_answer_passes():
+def test_sdpa_as_the_readers_answer_is_refused():
     def fused(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    assert attention.check_causal_attention(fused).passed
+    result = attention.check_causal_attention(fused)
+    assert not result.passed
+    assert "write this one yourself" in result.message
+    assert "F.scaled_dot_product_attention" in result.message
+    q = k = v = torch.randn(1, 1, 3, 4)
+    assert torch.equal(fused(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
 @pytest.mark.parametrize(

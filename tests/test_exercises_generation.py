@@ -50,7 +50,7 @@ def test_each_filter_mistake_gets_its_hint(hint, wrong):
 
 def test_a_large_negative_fill_is_accepted():
     def finite_fill(logits, top_k, top_p):
-        out = filter_logits(logits, top_k, top_p)
+        out = generation.solution_filter_logits(logits, top_k, top_p)
         return out.masked_fill(out == float("-inf"), -1e9)
 
     assert generation.check_filter_logits(finite_fill).passed
@@ -62,11 +62,11 @@ def test_readers_filter_slips_written_out():
             kth = logits.sort(dim=-1, descending=True).values[:, top_k : top_k + 1]
             logits = logits.masked_fill(logits < kth, float("-inf"))
         if top_p is not None:
-            logits = filter_logits(logits, None, top_p)
+            logits = generation.solution_filter_logits(logits, None, top_p)
         return logits
 
     def nucleus_without_crossing_slip(logits, top_k, top_p):
-        logits = filter_logits(logits, top_k, None)
+        logits = generation.solution_filter_logits(logits, top_k, None)
         if top_p is not None:
             probs, order = logits.softmax(-1).sort(dim=-1, descending=True)
             remove = probs.cumsum(-1) > top_p
@@ -74,7 +74,7 @@ def test_readers_filter_slips_written_out():
         return logits
 
     def hf_style_by_index_slip(logits, top_k, top_p):  # the shift, but no tie handling
-        logits = filter_logits(logits, top_k, None)
+        logits = generation.solution_filter_logits(logits, top_k, None)
         if top_p is not None:
             probs, order = logits.softmax(-1).sort(dim=-1, descending=True)
             remove = probs.cumsum(-1) - probs >= top_p
@@ -83,7 +83,7 @@ def test_readers_filter_slips_written_out():
 
     def after_softmax_mistake(logits, top_k, top_p):
         probs = logits.softmax(-1)
-        return probs * torch.isfinite(filter_logits(logits, top_k, top_p))
+        return probs * torch.isfinite(generation.solution_filter_logits(logits, top_k, top_p))
 
     message = generation.check_filter_logits(topk_minus_one_first_try).message
     assert "top-k kept k + 1 tokens" in message
@@ -106,7 +106,7 @@ def test_filter_check_can_fail_on_an_unknown_slip():
 
 def test_filter_check_does_not_let_the_reader_change_the_input():
     def in_place_first_try(logits, top_k, top_p):
-        out = filter_logits(logits, top_k, top_p)
+        out = generation.solution_filter_logits(logits, top_k, top_p)
         logits.copy_(out)  # writes over the caller's tensor
         return logits
 

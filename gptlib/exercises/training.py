@@ -23,7 +23,7 @@ import torch
 
 from gptlib.config import textbook
 from gptlib.data import sample_batch
-from gptlib.exercises.checking import CheckResult, not_written, solved_by
+from gptlib.exercises.checking import CheckResult, not_written, refuses_shortcuts, solved_by
 from gptlib.model import GPT
 from gptlib.train import estimate_loss, learning_rate, make_optimizer, train
 
@@ -285,6 +285,7 @@ def _same(a: tuple, b: tuple, atol: float = 1e-6) -> bool:
 
 
 @solved_by(solution_train_loop)
+@refuses_shortcuts("train_loop")
 def check_train_loop(train_loop: Callable) -> CheckResult:
     """Run `train_loop` and `gptlib.train.train` from the same initial weights and seed on a tiny
     dropout model, and compare the losses step by step and the final weights (to 1e-6)."""
@@ -488,6 +489,7 @@ def _summarise(fn: Callable, model: GPT, tokens: torch.Tensor) -> torch.Tensor:
 
 
 @solved_by(solution_validation_loss)
+@refuses_shortcuts("validation_loss")
 def check_validation_loss(validation_loss: Callable) -> CheckResult:
     """Run `validation_loss(model, tokens, batch_size, n_batches, seed)` on a tiny dropout model,
     coming in train mode and in eval mode, against `gptlib.train.estimate_loss`."""

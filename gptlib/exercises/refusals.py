@@ -1,0 +1,132 @@
+"""The library calls each exercise refuses while the reader's function runs.
+
+A reader can pass a check by calling the library function that does the exercise's job
+(`F.scaled_dot_product_attention` for causal attention, `gptlib.train.train` for the training
+loop). While a check runs the reader's function, the calls listed here for that exercise raise,
+and the check answers, in one line, which call it was (`checking.refusing`). The reference
+solution and the known slips a check compares with are not guarded.
+
+The table is keyed by the exercise's name, the name its check reports (`compare(name, ...)`).
+Each entry names where the library keeps the function (a module's function or a class's method),
+how the message shows it, and what it does. A call missing from the installed torch is skipped.
+
+Deliberately left out: `F.cross_entropy` for `lm_loss`, which the reference solution and
+notebook 08's first try use (the exercise is the shift, the -100 labels and the mean around it;
+`GPT.loss` does all of that and is refused); `gptlib.generate.filter_logits` for `sample_step`,
+which notebook 11 allows ("your filter_logits, or the library's"); and `merge_heads`, which has no
+library function of its own (`CausalSelfAttention.forward` merges the heads inline).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Refusal(NamedTuple):
+    path: str  # where the library keeps it: "torch.nn.functional.scaled_dot_product_attention"
+    shown: str  # how the message names it: "F.scaled_dot_product_attention"
+    does: str = "does the whole exercise"  # the message ends "..., which <does>"
+
+
+_SDPA = Refusal(
+    "torch.nn.functional.scaled_dot_product_attention", "F.scaled_dot_product_attention"
+)
+_ATTENTION_MODULE = Refusal(
+    "gptlib.attention.CausalSelfAttention.forward", "CausalSelfAttention.forward (attn(x))"
+)
+_BLOCK = Refusal(
+    "gptlib.model.Block.forward",
+    "Block.forward (block(x))",
+    "runs the whole block; go through its parts yourself",
+)
+_MODEL = Refusal(
+    "gptlib.model.GPT.forward",
+    "GPT.forward (model(idx))",
+    "runs the whole model; go through its parts yourself",
+)
+_NEXT_TOKEN_PROBS = Refusal("gptlib.generate.next_token_probs", "gptlib.generate.next_token_probs")
+_PICK_NEXT = Refusal("gptlib.generate.pick_next", "gptlib.generate.pick_next")
+_GENERATE = Refusal("gptlib.generate.generate", "gptlib.generate.generate")
+_LOG_SOFTMAX = (
+    Refusal("torch.nn.functional.log_softmax", "F.log_softmax"),
+    Refusal("torch.log_softmax", "torch.log_softmax"),
+    Refusal("torch.Tensor.log_softmax", "Tensor.log_softmax (logits.log_softmax(...))"),
+    Refusal("torch.special.log_softmax", "torch.special.log_softmax"),
+)
+
+REFUSALS: dict[str, tuple[Refusal, ...]] = {
+    # 00 data and tokens
+    "encode_stream": (Refusal("gptlib.data.encode_documents", "gptlib.data.encode_documents"),),
+    # 03 scaled attention
+    "causal_attention": (_SDPA, _ATTENTION_MODULE),
+    # 04 multi-head
+    "split_heads": (
+        Refusal(
+            "gptlib.attention.CausalSelfAttention.split_heads", "CausalSelfAttention.split_heads"
+        ),
+    ),
+    # 07 logits
+    "temperature_probs": (_NEXT_TOKEN_PROBS,),
+    # 08 loss
+    "log_softmax": (
+        *_LOG_SOFTMAX,
+        Refusal(
+            "torch.nn.functional.cross_entropy",
+            "F.cross_entropy",
+            "computes the log-softmax for you",
+        ),
+    ),
+    "lm_loss": (
+        Refusal(
+            "gptlib.model.GPT.loss",
+            "GPT.loss",
+            "does the whole exercise (the shift, the -100 labels, the mean)",
+        ),
+        Refusal(
+            "gptlib.model.GPT.forward",
+            "GPT.forward (model(idx, labels))",
+            "computes the loss with GPT.loss, the whole exercise",
+        ),
+    ),
+    # 09 the training loop
+    "train_loop": (Refusal("gptlib.train.train", "gptlib.train.train"),),
+    # 10 when training goes wrong
+    "validation_loss": (Refusal("gptlib.train.estimate_loss", "gptlib.train.estimate_loss"),),
+    # 11 generation
+    "filter_logits": (
+        Refusal("gptlib.generate.filter_logits", "gptlib.generate.filter_logits"),
+        _NEXT_TOKEN_PROBS,
+        _PICK_NEXT,
+        _GENERATE,
+    ),
+    "sample_step": (_GENERATE, _PICK_NEXT, _NEXT_TOKEN_PROBS),
+    # 12 the KV cache: the step goes through the model's parts, never the model or a block
+    "decode_step": (
+        _MODEL,
+        _BLOCK,
+        Refusal(
+            "gptlib.attention.CausalSelfAttention.forward",
+            "CausalSelfAttention.forward (attn(x, cache))",
+            "runs the whole attention; write it with attn.qkv, cache.update and attn.proj",
+        ),
+        _GENERATE,
+    ),
+    # 13 the capstone: plain tensors, no nn.Module and no gptlib inside
+    "rmsnorm": (
+        Refusal("torch.nn.functional.rms_norm", "F.rms_norm"),
+        Refusal("torch.rms_norm", "torch.rms_norm"),
+        Refusal("torch.nn.RMSNorm.forward", "nn.RMSNorm"),
+        Refusal("gptlib.norms.RMSNorm.forward", "gptlib.norms.RMSNorm"),
+    ),
+    "attention": (_SDPA, _ATTENTION_MODULE),
+    "mlp": (Refusal("gptlib.mlp.MLP.forward", "gptlib.mlp.MLP"),),
+    "block": (_BLOCK,),
+    "forward": (_MODEL, _BLOCK),
+    # 14 byte-pair encoding
+    "merge": (Refusal("gptlib.bpe.merge_pair", "gptlib.bpe.merge_pair"),),
+}
+
+
+def refusals_for(name: str) -> tuple[Refusal, ...]:
+    """The library calls exercise `name` refuses (none for an exercise not in the table)."""
+    return REFUSALS.get(name, ())

@@ -1,5 +1,7 @@
 """The causal-attention check passes the solution and names each typical mistake."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -52,6 +54,53 @@ def test_softmax_dim_hint_on_a_readers_version():
     result = attention.check_causal_attention(wrong)
     assert not result.passed
     assert "softmax(dim=-1)" in result.message
+
+
+def test_mask_after_softmax_written_by_a_reader():
+    def wrong(q, k, v):
+        n = q.size(-2)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, dim=-1)
+        weights = weights.masked_fill(torch.triu(torch.ones(n, n), 1).bool(), 0.0)
+        return weights @ v
+
+    result = attention.check_causal_attention(wrong)
+    assert result.message == (
+        "✗ causal_attention: the mask was applied after the softmax: the future weights were "
+        "zeroed, but the weights left were not renormalised, so each query's row sums to less "
+        "than 1; the mask belongs on the scores, before the softmax"
+    )
+
+
+def test_k_and_v_swapped_written_by_a_reader():
+    def wrong(q, k, v):
+        n = q.size(-2)
+        scores = q @ v.transpose(-2, -1) / q.size(-1) ** 0.5
+        scores = scores.masked_fill(torch.triu(torch.ones(n, n), 1).bool(), float("-inf"))
+        return scores.softmax(dim=-1) @ k
+
+    result = attention.check_causal_attention(wrong)
+    assert result.message == (
+        "✗ causal_attention: k and v are swapped: the scores compare the queries with v, and the "
+        "weights average k; queries are matched against the keys, and the weights mix the values"
+    )
+
+
+def test_dot_T_on_4d_keys_gets_its_hint():
+    def wrong(q, k, v):
+        n = q.size(-2)
+        scores = q @ k.T / q.size(-1) ** 0.5  # .T reverses all four axes
+        scores = scores.masked_fill(torch.triu(torch.ones(n, n), 1).bool(), float("-inf"))
+        return scores.softmax(dim=-1) @ v
+
+    with warnings.catch_warnings():  # torch deprecates .T on tensors that are not 2-D
+        warnings.simplefilter("ignore", UserWarning)
+        result = attention.check_causal_attention(wrong)
+    assert result.message == (
+        "✗ causal_attention: your function raised RuntimeError: The size of tensor a (3) must "
+        "match the size of tensor b (6) at non-singleton dimension 1. Hint: "
+        + attention.ERROR_HINTS[0][1]
+    )
+    assert "[B, h, n, d_h] becomes [d_h, n, h, B]" in result.message
 
 
 def test_unrecognised_error_reports_the_difference():

@@ -1,6 +1,7 @@
 """The capstone: each piece's check, and the layer-by-layer checker naming planted slips."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -84,6 +85,163 @@ def test_whole_position_table_error_gets_its_hint():
 def test_attention_returning_only_the_output():
     msg = capstone.check_gpt_attention(lambda *a: reference.attention(*a)[0]).message
     assert msg == "✗ attention: returned 1 value(s), expected 2"
+
+
+# Piece slips written the way a reader might write them, each named by its piece's check.
+
+
+def _reader_attention(
+    x,
+    w_qkv,
+    w_proj,
+    n_head,
+    split_by_reshape=False,
+    merge_by_reshape=False,
+    kv_swapped=False,
+    mask_after=False,
+    k_dot_T=False,
+):
+    B, n, d = x.shape
+    hs = d // n_head
+    q, k, v = (x @ w_qkv.T).chunk(3, dim=-1)
+    if kv_swapped:
+        q, v, k = (x @ w_qkv.T).chunk(3, dim=-1)
+    if split_by_reshape:
+        q, k, v = (t.reshape(B, n_head, n, hs) for t in (q, k, v))
+    else:
+        q, k, v = (t.reshape(B, n, n_head, hs).transpose(1, 2) for t in (q, k, v))
+    att = (q @ (k.T if k_dot_T else k.transpose(-2, -1))) / math.sqrt(hs)
+    future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+    if mask_after:
+        att = att.softmax(dim=-1).masked_fill(future, 0.0)
+    else:
+        att = att.masked_fill(future, float("-inf")).softmax(dim=-1)
+    y = att @ v
+    y = y.reshape(B, n, d) if merge_by_reshape else y.transpose(1, 2).reshape(B, n, d)
+    return y @ w_proj.T, att
+
+
+def _piece_hint(piece, wrong):
+    return next(h for h, w in capstone.MISTAKES[piece] if w is wrong)
+
+
+@pytest.mark.parametrize(
+    "switch, wrong",
+    [
+        ("split_by_reshape", capstone._att_split_without_transpose),
+        ("merge_by_reshape", capstone._att_merge_without_transpose),
+        ("kv_swapped", capstone._att_k_v_swapped),
+        ("mask_after", capstone._att_masked_after_softmax),
+    ],
+)
+def test_reader_attention_slips_are_named(switch, wrong):
+    msg = capstone.check_gpt_attention(lambda *a: _reader_attention(*a, **{switch: True})).message
+    assert msg == f"✗ attention: {_piece_hint('attention', wrong)}"
+
+
+def test_reader_attention_slip_messages():
+    def msg(**switches):
+        return capstone.check_gpt_attention(lambda *a: _reader_attention(*a, **switches)).message
+
+    assert msg(split_by_reshape=True, merge_by_reshape=True) == (
+        "✗ attention: the heads were cut and glued back with reshapes alone: the two undo each "
+        "other, but in between each head held whole positions' features, not its d_h-feature "
+        "slice of every position, so the scores mixed positions; the head axis has to be moved, "
+        "not reshaped into place"
+    )
+    assert msg(kv_swapped=True) == (
+        "✗ attention: k and v are swapped: the scores compare the queries with v, and the "
+        "weights average k; the fused projection gives q, k, v in that order along its last axis"
+    )
+    assert msg(mask_after=True) == (
+        "✗ attention: the mask was applied after the softmax: the future weights were zeroed, "
+        "but the weights left were not renormalised, so each query's row sums to less than 1; "
+        "the mask belongs on the scores, before the softmax"
+    )
+
+
+def test_k_dot_T_on_4d_keys_gets_its_hint():
+    with warnings.catch_warnings():  # torch deprecates .T on tensors that are not 2-D
+        warnings.simplefilter("ignore", UserWarning)
+        msg = capstone.check_gpt_attention(lambda *a: _reader_attention(*a, k_dot_T=True)).message
+    assert msg == (
+        "✗ attention: your function raised RuntimeError: The size of tensor a (3) must match the "
+        "size of tensor b (6) at non-singleton dimension 1. Hint: if you wrote k.T: on a tensor "
+        "with more than two dimensions .T reverses all of them ([B, h, n, d_h] becomes "
+        "[d_h, n, h, B]), so the batch and head axes of the product no longer line up; the "
+        "scores need only the last two axes of k swapped"
+    )
+
+
+def test_heads_messages_do_not_write_the_fix():
+    for wrong in (
+        capstone._att_split_without_transpose,
+        capstone._att_merge_without_transpose,
+        capstone._att_heads_reshaped_both_ways,
+    ):
+        hint = _piece_hint("attention", wrong)
+        assert "transpose(1, 2)" not in hint and "reshape(B" not in hint and "view(" not in hint
+
+
+def test_positions_off_by_one_are_named():
+    def embed(idx, tok_emb, pos_emb):
+        n = idx.shape[1]
+        return tok_emb[idx] + pos_emb[torch.arange(1, n + 1)]
+
+    assert capstone.check_gpt_embed(embed).message == (
+        "✗ embed: the positions are off by one: the window's places were counted from 1, so the "
+        "first token got row 1 of pos_emb and row 0 was never used; the first place in the "
+        "window is place 0"
+    )
+
+
+def reader_mlp_with_residual(x, w_fc, w_proj):
+    return x + torch.relu(x @ w_fc.T) @ w_proj.T  # the residual, inside the MLP
+
+
+def test_residual_inside_the_mlp_is_named_by_the_mlp_check():
+    assert capstone.check_gpt_mlp(reader_mlp_with_residual).message == (
+        "✗ mlp: the MLP adds its own input back (a residual inside mlp): the residual belongs to "
+        "the block, which adds x around the MLP, so here it would be added twice; mlp returns "
+        "the second layer's output alone"
+    )
+
+
+def test_residual_inside_the_mlp_is_named_by_the_block_check():
+    def block(x, bw, n_head):
+        x = (
+            x
+            + reference.attention(
+                reference.rmsnorm(x, bw["ln1"]), bw["qkv"], bw["attn_proj"], n_head
+            )[0]
+        )
+        return x + reader_mlp_with_residual(
+            reference.rmsnorm(x, bw["ln2"]), bw["fc"], bw["mlp_proj"]
+        )
+
+    assert capstone.check_gpt_block(block).message == (
+        "✗ block: the MLP's residual is added twice: your mlp adds its own (normalised) input "
+        "back, and the block adds x around it again; the residual belongs to the block alone, "
+        "so mlp returns the second layer's output alone"
+    )
+
+
+def test_residual_inside_the_mlp_is_named_by_the_forward_check():
+    forward = capstone.forward_with_pieces(mlp=reader_mlp_with_residual)
+    lines = capstone.check_gpt_forward(forward).message.splitlines()
+    assert lines[0].startswith("✗ forward: the first tensor that differs is 'block 0 · mlp'")
+    assert lines[2] == "  likely slip in mlp: " + _piece_hint("mlp", capstone._mlp_adds_its_input)
+
+
+def test_k_dot_T_in_the_forward_gets_the_attention_hint():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        forward = capstone.forward_with_pieces(
+            attention=lambda *a: _reader_attention(*a, k_dot_T=True)
+        )
+        msg = capstone.check_gpt_forward(forward).message
+    assert msg.startswith("✗ forward: ")
+    assert msg.endswith("Hint: " + capstone.ATTENTION_ERRORS[0][1])
 
 
 def test_show_solution_prints_the_block_and_the_pieces_it_calls(capsys):

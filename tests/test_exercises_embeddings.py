@@ -62,6 +62,18 @@ def test_check_names_the_mistake(wrong, hint):
     assert hint in result.message, result.message
 
 
+def test_positions_counted_from_one_are_named():
+    def embed(ids, wte, wpe):
+        pos = torch.arange(1, ids.size(1) + 1)  # places 1..n
+        return wte[ids] + wpe[pos]
+
+    assert check_embed(embed).message == (
+        "✗ embed: the positions are off by one: the window's places were counted from 1, so the "
+        "first token got row 1 of the position table and row 0 was never used; the first place "
+        "in the window is place 0"
+    )
+
+
 def test_unwritten_stub_is_reported():
     def stub(ids, wte, wpe):
         raise NotImplementedError

@@ -104,6 +104,39 @@ def test_filter_check_can_fail_on_an_unknown_slip():
     assert "values differ" in result.message
 
 
+def test_top_k_over_the_batch_axis_is_named():
+    def filter_logits(logits, top_k, top_p):
+        if top_k is not None:
+            kth = logits.sort(dim=0, descending=True).values[top_k - 1]  # down each column
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        return logits
+
+    assert generation.check_filter_logits(filter_logits).message == (
+        "✗ filter_logits: top-k ranked the logits along the batch axis (dim 0): each column kept "
+        "the k rows where that token is largest, so a row keeps any number of tokens; the k "
+        "largest are counted within each row, over the V tokens"
+    )
+
+
+def test_values_differ_never_reports_a_nan_difference():
+    def unknown(logits, top_k, top_p):  # top-k right, then every logit but the first halved
+        out = generation.solution_filter_logits(logits, top_k, top_p)
+        return torch.cat([out[:, :1], out[:, 1:] / 2], dim=-1)
+
+    message = generation.check_filter_logits(unknown).message
+    assert message == "✗ filter_logits: values differ from the reference (largest difference 2.09)"
+    nan_out = generation.check_filter_logits(lambda logits, k, p: logits * float("nan")).message
+    assert nan_out == (
+        "✗ filter_logits: values differ from the reference (your output has NaN where the "
+        "reference has none)"
+    )
+    kept_all = generation.check_filter_logits(lambda logits, k, p: logits).message
+    assert kept_all == (
+        "✗ filter_logits: values differ from the reference (your output has a finite value "
+        "where the reference has an infinity)"
+    )
+
+
 def test_filter_check_does_not_let_the_reader_change_the_input():
     def in_place_first_try(logits, top_k, top_p):
         out = generation.solution_filter_logits(logits, top_k, top_p)

@@ -86,6 +86,31 @@ def test_naive_reader_passes_small_logits_but_not_huge_ones():
     assert "overflows" in loss.check_lm_loss(naive).message
 
 
+def test_global_maximum_written_by_a_reader_is_named():
+    def log_softmax(logits):
+        m = logits.max()  # the largest logit of the whole batch, not of each row
+        return logits - m - torch.log(torch.exp(logits - m).sum(dim=-1, keepdim=True))
+
+    assert loss.check_log_softmax(log_softmax).message == (
+        "✗ log_softmax: the maximum m was taken over the whole tensor, not per row: a row far "
+        "below the largest logit anywhere has every exp(logits - m) underflow to 0 and its log "
+        "is -inf; each row needs its own maximum"
+    )
+
+
+def test_padding_clamped_to_token_zero_is_named():
+    def lm_loss(logits, labels):
+        targets = labels[:, 1:].clone()
+        targets[targets == -100] = 0  # padding scored as token 0
+        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+    assert loss.check_lm_loss(lm_loss).message == (
+        "✗ lm_loss: the ignored labels (-100) were turned into token 0: those padding positions "
+        "are scored as if token 0 came next, and counted in the mean; they must be left out of "
+        "both"
+    )
+
+
 def test_reexported_from_package():
     assert exercises.check_lm_loss is loss.check_lm_loss
     assert exercises.check_log_softmax is loss.check_log_softmax

@@ -48,7 +48,41 @@ def test_view_without_transpose_written_by_a_reader():
         B, n, d = x.shape
         return x.view(B, n_head, n, d // n_head)
 
-    assert "transpose(1, 2)" in multi_head.check_split_heads(split).message
+    result = multi_head.check_split_heads(split)
+    assert result.message == f"✗ split_heads: {multi_head.SPLIT_MISTAKES[0][0]}"
+    assert "head axis has to be moved next to the batch axis" in result.message
+
+
+def test_reshape_to_heads_last_written_by_a_reader():
+    def split(x, n_head):
+        B, n, d = x.shape
+        return x.reshape(B, n, n_head, d // n_head)  # the transpose forgotten
+
+    result = multi_head.check_split_heads(split)
+    assert result.message == (
+        "✗ split_heads: the head axis was never moved: this is [B, n, h, d_h], positions before "
+        "heads; split_heads returns [B, h, n, d_h], the heads next to the batch axis"
+    )
+
+
+def test_merge_by_reshape_alone_written_by_a_reader():
+    def merge(y):
+        B, h, n, d_h = y.shape
+        return y.reshape(B, n, h * d_h)
+
+    result = multi_head.check_merge_heads(merge)
+    assert result.message.startswith(
+        "✗ merge_heads: y was reshaped to [B, n, d] with the head axis still in front of the "
+        "positions"
+    )
+
+
+@pytest.mark.parametrize(
+    "hint", [h for h, _ in multi_head.SPLIT_MISTAKES + multi_head.MERGE_MISTAKES]
+)
+def test_hints_name_the_slip_without_writing_the_fix(hint):
+    for code in ("transpose(1, 2)", "view(B", "reshape(B", ".permute("):
+        assert code not in hint
 
 
 def test_view_after_transpose_reports_the_error():

@@ -78,6 +78,17 @@ def _zero_filled(q, k, v):
     return _attend(q, k, v, math.sqrt(q.shape[-1]), _future(q.shape[-2]), fill=0.0)
 
 
+def _masked_after_softmax(q, k, v):
+    # The future weights zeroed after the softmax: each row now sums to less than 1.
+    n = q.shape[-2]
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    return weights.masked_fill(_future(n), 0.0) @ v
+
+
+def _k_v_swapped(q, k, v):
+    return solution_causal_attention(q, v, k)
+
+
 MISTAKES = [
     (
         "softmax over dim=-2 normalises each key's column over the queries; every query's row "
@@ -116,6 +127,27 @@ MISTAKES = [
         "with float('-inf')",
         _zero_filled,
     ),
+    (
+        "the mask was applied after the softmax: the future weights were zeroed, but the weights "
+        "left were not renormalised, so each query's row sums to less than 1; the mask belongs "
+        "on the scores, before the softmax",
+        _masked_after_softmax,
+    ),
+    (
+        "k and v are swapped: the scores compare the queries with v, and the weights average k; "
+        "queries are matched against the keys, and the weights mix the values",
+        _k_v_swapped,
+    ),
+]
+
+# Failures whose message says what went wrong with the scores.
+ERROR_HINTS = [
+    (
+        "must match the size of tensor",
+        "if you wrote k.T: on a tensor with more than two dimensions .T reverses all of them "
+        "([B, h, n, d_h] becomes [d_h, n, h, B]), so the batch and head axes of the product no "
+        "longer line up; the scores need only the last two axes of k swapped",
+    ),
 ]
 
 
@@ -136,4 +168,5 @@ def check_causal_attention(causal_attention) -> CheckResult:
         solution_causal_attention,
         _inputs,
         mistakes=MISTAKES,
+        error_hints=ERROR_HINTS,
     )

@@ -38,6 +38,7 @@ from gptlib.exercises.checking import (
     Refused,
     _close,
     compare,
+    difference,
     not_written,
     refusing,
     solved_by,
@@ -205,6 +206,11 @@ def _embed_positions_from_ids(idx, tok_emb, pos_emb):
     return tok_emb[idx] + pos_emb[idx]
 
 
+def _embed_positions_from_one(idx, tok_emb, pos_emb):
+    n = idx.shape[1]
+    return tok_emb[idx] + pos_emb[1 : n + 1]  # places counted 1..n
+
+
 def _embed_concatenated(idx, tok_emb, pos_emb):
     B, n = idx.shape
     return torch.cat([tok_emb[idx], pos_emb[:n].expand(B, n, -1)], dim=-1)
@@ -220,6 +226,12 @@ EMBED_MISTAKES = [
         "the position table was indexed with the token ids; it is indexed with the positions "
         "0..n-1: pos_emb[:n] (or pos_emb[torch.arange(n)])",
         _embed_positions_from_ids,
+    ),
+    (
+        "the positions are off by one: the window's places were counted from 1, so the first "
+        "token got row 1 of pos_emb and row 0 was never used; the first place in the window is "
+        "place 0",
+        _embed_positions_from_one,
     ),
     (
         "the two embeddings were concatenated ([B, n, 2d]); they are added: tok_emb[idx] + "
@@ -307,6 +319,7 @@ def _attend(
     proj_t=True,
     merge_t=True,
     project=True,
+    mask_after=False,
 ):
     """The reference attention with one switch flipped: every attention slip is one call."""
     B, n, d = x.shape
@@ -314,11 +327,13 @@ def _attend(
     q, k, v = (split(parts[i], n_head) for i in order)
     d_h = d // n_head
     scores = q @ k.transpose(-2, -1) / (math.sqrt(d_h) if scale is None else scale)
-    if mask is not None:
-        ones = torch.ones(n, n, dtype=torch.bool, device=x.device)
-        hidden = torch.triu(ones, 1) if mask == "future" else torch.tril(ones, -1)
+    ones = torch.ones(n, n, dtype=torch.bool, device=x.device)
+    hidden = torch.triu(ones, 1) if mask == "future" else torch.tril(ones, -1)
+    if mask is not None and not mask_after:
         scores = scores.masked_fill(hidden, fill)
     weights = scores.softmax(dim=dim)
+    if mask_after:  # the future weights zeroed after the softmax, the rest not renormalised
+        weights = weights.masked_fill(hidden, 0.0)
     out = weights @ v  # [B, h, n, d_h]
     y = out.transpose(1, 2).reshape(B, n, d) if merge_t else out.reshape(B, n, d)
     if project:
@@ -366,6 +381,14 @@ def _att_q_k_swapped(x, w_qkv, w_proj, n_head):
     return _attend(x, w_qkv, w_proj, n_head, order=(1, 0, 2))
 
 
+def _att_k_v_swapped(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, order=(0, 2, 1))
+
+
+def _att_masked_after_softmax(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, mask_after=True)
+
+
 def _split_without_transpose(t, n_head):
     B, n, d = t.shape
     return t.reshape(B, n_head, n, d // n_head)
@@ -377,6 +400,10 @@ def _att_split_without_transpose(x, w_qkv, w_proj, n_head):
 
 def _att_merge_without_transpose(x, w_qkv, w_proj, n_head):
     return _attend(x, w_qkv, w_proj, n_head, merge_t=False)
+
+
+def _att_heads_reshaped_both_ways(x, w_qkv, w_proj, n_head):
+    return _attend(x, w_qkv, w_proj, n_head, split=_split_without_transpose, merge_t=False)
 
 
 TRANSPOSE_HINT = (
@@ -422,14 +449,35 @@ ATTENTION_MISTAKES = [
         _att_q_k_swapped,
     ),
     (
-        "the heads were cut with reshape(B, h, n, d_h), which mixes positions; view as "
-        "[B, n, h, d_h] first, then transpose(1, 2)",
+        "k and v are swapped: the scores compare the queries with v, and the weights average k; "
+        "the fused projection gives q, k, v in that order along its last axis",
+        _att_k_v_swapped,
+    ),
+    (
+        "the mask was applied after the softmax: the future weights were zeroed, but the weights "
+        "left were not renormalised, so each query's row sums to less than 1; the mask belongs "
+        "on the scores, before the softmax",
+        _att_masked_after_softmax,
+    ),
+    (
+        "the heads were cut with a reshape alone to [B, h, n, d_h]: head 0 then holds all the "
+        "features of the first few positions instead of its own d_h features of every position, "
+        "so positions are mixed; the head axis has to be moved next to the batch axis, a "
+        "reshape cannot put it there",
         _att_split_without_transpose,
     ),
     (
-        "the heads were glued back without moving the head axis: transpose(1, 2) to "
-        "[B, n, h, d_h] before reshape(B, n, d)",
+        "the heads were glued back with a reshape alone, the head axis still in front of the "
+        "positions: each output position is then made of several positions of one head; the "
+        "head axis has to move back behind the positions first",
         _att_merge_without_transpose,
+    ),
+    (
+        "the heads were cut and glued back with reshapes alone: the two undo each other, but in "
+        "between each head held whole positions' features, not its d_h-feature slice of every "
+        "position, so the scores mixed positions; the head axis has to be moved, not reshaped "
+        "into place",
+        _att_heads_reshaped_both_ways,
     ),
 ]
 
@@ -437,6 +485,19 @@ MATMUL_ERRORS = [
     ("mat1 and mat2 shapes cannot be multiplied", TRANSPOSE_HINT),
     ("size mismatch", TRANSPOSE_HINT),
 ]
+
+ATTENTION_ERRORS = [
+    (
+        "must match the size of tensor",
+        "if you wrote k.T: on a tensor with more than two dimensions .T reverses all of them "
+        "([B, h, n, d_h] becomes [d_h, n, h, B]), so the batch and head axes of the product no "
+        "longer line up; the scores need only the last two axes of k swapped",
+    ),
+    *MATMUL_ERRORS,
+]
+
+# The error hints of each piece; the layer-by-layer checker picks those of the piece that raised.
+PIECE_ERRORS = {"attention": ATTENTION_ERRORS}
 
 
 def _mlp_no_activation(x, w_fc, w_proj):
@@ -455,6 +516,10 @@ def _mlp_swapped(x, w_fc, w_proj):
     return torch.relu(x @ w_proj) @ w_fc
 
 
+def _mlp_adds_its_input(x, w_fc, w_proj):
+    return x + torch.relu(x @ w_fc.T) @ w_proj.T
+
+
 MLP_MISTAKES = [
     (
         "the ReLU is missing: without it the two layers collapse into one matrix; apply it to "
@@ -471,6 +536,12 @@ MLP_MISTAKES = [
         "the two weight matrices swapped roles: the first layer is x @ w_fc.T ([B, n, d] -> "
         "[B, n, 4d]), the second h @ w_proj.T",
         _mlp_swapped,
+    ),
+    (
+        "the MLP adds its own input back (a residual inside mlp): the residual belongs to the "
+        "block, which adds x around the MLP, so here it would be added twice; mlp returns the "
+        "second layer's output alone",
+        _mlp_adds_its_input,
     ),
 ]
 
@@ -503,6 +574,13 @@ def _block_adds_normalised(x, bw, n_head):
     x = h + _attn_of(h, bw, n_head)
     h = rmsnorm(x, bw["ln2"])
     return h + _mlp_of(h, bw)
+
+
+def _block_mlp_residual_twice(x, bw, n_head):
+    # An mlp that returns its input plus its output, inside a block that adds x again.
+    x = x + _attn_of(rmsnorm(x, bw["ln1"]), bw, n_head)
+    h = rmsnorm(x, bw["ln2"])
+    return x + h + _mlp_of(h, bw)
 
 
 def _block_post_norm(x, bw, n_head):
@@ -557,6 +635,12 @@ BLOCK_MISTAKES = [
         "the MLP reads the block's input; it must read x after the attention's residual: "
         "x = x + attention(...), then x + mlp(rmsnorm(x))",
         _block_parallel,
+    ),
+    (
+        "the MLP's residual is added twice: your mlp adds its own (normalised) input back, and "
+        "the block adds x around it again; the residual belongs to the block alone, so mlp "
+        "returns the second layer's output alone",
+        _block_mlp_residual_twice,
     ),
 ]
 
@@ -705,7 +789,7 @@ def check_gpt_attention(fn) -> CheckResult:
         attention,
         _attention_inputs,
         mistakes=ATTENTION_MISTAKES,
-        error_hints=MATMUL_ERRORS,
+        error_hints=ATTENTION_ERRORS,
     )
 
 
@@ -971,7 +1055,7 @@ def check_gpt_forward(fn: Callable, atol: float = 1e-5, rtol: float = 1e-4) -> C
         except Exception as e:
             where = _raised_in(e.__traceback__, _piece_codes(fn))
             message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            for fragment, hint in MATMUL_ERRORS + EMBED_ERRORS:
+            for fragment, hint in PIECE_ERRORS.get(where, MATMUL_ERRORS + EMBED_ERRORS):
                 if fragment in message:
                     message += f". Hint: {hint}"
                     break
@@ -987,8 +1071,7 @@ def check_gpt_forward(fn: Callable, atol: float = 1e-5, rtol: float = 1e-4) -> C
                 continue
             block_i = int(label.split()[1]) if label.startswith("block") else None
             if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-                diff = float((got.double() - expected.double()).abs().max())
-                how = f"largest difference {diff:.3g}"
+                how = difference(got, expected)
             else:
                 how = "the shapes differ"
             slip = _likely_slip(

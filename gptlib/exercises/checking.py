@@ -331,6 +331,27 @@ def with_error_hints(user_fn: Callable, hints: Sequence[tuple[str, str]]) -> Cal
     return wrapped
 
 
+def difference(got, expected) -> str:
+    """How outputs of equal shapes differ, in words: "largest difference 0.311" when both are
+    finite where they differ, otherwise where a NaN or an infinity appeared (a difference taken
+    with inf or NaN in it would itself be NaN, which says nothing)."""
+    largest = 0.0
+    for g, e in zip(_as_tuple(got), _as_tuple(expected), strict=True):
+        g, e = torch.as_tensor(g).double(), torch.as_tensor(e).double()
+        if (g.isnan() & ~e.isnan()).any():
+            return "your output has NaN where the reference has none"
+        if (e.isnan() & ~g.isnan()).any():
+            return "your output has a number where the reference has NaN"
+        differs = (g != e) & ~(g.isnan() & e.isnan())  # equal infinities do not differ
+        if (differs & g.isinf()).any():
+            return "your output has an infinity where the reference has another value"
+        if (differs & e.isinf()).any():
+            return "your output has a finite value where the reference has an infinity"
+        if differs.any():
+            largest = max(largest, float((g - e)[differs].abs().max()))
+    return f"largest difference {largest:.3g}"
+
+
 def compare(
     name: str,
     user_fn: Callable,
@@ -384,11 +405,6 @@ def compare(
                 return CheckResult(
                     False, f"✗ {name}: output has shape {list(g_shape)}, expected {list(e_shape)}"
                 )
-        diff = max(
-            float((torch.as_tensor(g_).double() - torch.as_tensor(e_).double()).abs().max())
-            for e_, g_ in zip(exp_t, got_t, strict=True)
-        )
-        return CheckResult(
-            False, f"✗ {name}: values differ from the reference (largest difference {diff:.3g})"
-        )
+        how = difference(got_t, exp_t)
+        return CheckResult(False, f"✗ {name}: values differ from the reference ({how})")
     return CheckResult(True, f"✓ {name}: matches the reference on {trials} random inputs")

@@ -44,6 +44,10 @@ def _position_zero_everywhere(ids, wte, wpe):
     return wte[ids] + wpe[0]
 
 
+def _positions_from_one(ids, wte, wpe):
+    return wte[ids] + wpe[1 : ids.size(1) + 1]  # places counted 1..n
+
+
 def _concatenated(ids, wte, wpe):
     pos = torch.arange(ids.size(1))
     return torch.cat([wte[ids], wpe[pos].expand(ids.size(0), -1, -1)], dim=-1)  # [B, n, 2d]
@@ -64,6 +68,12 @@ _MISTAKES = [
         "every token got the position vector of place 0 (wpe[0]); each place 0..n-1 has its own "
         "row: wpe[torch.arange(n)]",
         _position_zero_everywhere,
+    ),
+    (
+        "the positions are off by one: the window's places were counted from 1, so the first "
+        "token got row 1 of the position table and row 0 was never used; the first place in the "
+        "window is place 0",
+        _positions_from_one,
     ),
     (
         "you concatenated the two vectors (width 2d); the model adds them, so x keeps width d",

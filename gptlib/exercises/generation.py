@@ -65,6 +65,7 @@ def _filter(
     cut_crossing=False,
     p_before_k=False,
     by_index=False,
+    k_dim=-1,
     fill=NEG_INF,
 ):
     """The filter with one switch per typical slip (all off: the reference)."""
@@ -77,6 +78,9 @@ def _filter(
             keep = torch.zeros_like(logits, dtype=torch.bool)
             keep.scatter_(-1, (sign * logits).topk(k, dim=-1).indices, True)
             logits = logits.masked_fill(~keep, fill)
+        elif k_dim == 0:  # ranked down each column, across the batch: [1, V]
+            kth = (sign * logits).topk(k, dim=0).values[-1:]
+            logits = logits.masked_fill(sign * logits < kth, fill)
         else:
             kth = (sign * logits).topk(k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(sign * logits < kth, fill)
@@ -110,6 +114,10 @@ def _k_plus_one(logits, top_k, top_p):
 
 def _ascending(logits, top_k, top_p):
     return _filter(logits, top_k, top_p, ascending=True)
+
+
+def _k_over_batch(logits, top_k, top_p):
+    return _filter(logits, top_k, top_p, k_dim=0)
 
 
 def _zero_filled(logits, top_k, top_p):
@@ -157,6 +165,12 @@ FILTER_MISTAKES = [
         "you kept the least likely tokens: the sort (or topk) ran in ascending order; rank the "
         "largest first: sort(descending=True), topk(k) (largest=True)",
         _ascending,
+    ),
+    (
+        "top-k ranked the logits along the batch axis (dim 0): each column kept the k rows "
+        "where that token is largest, so a row keeps any number of tokens; the k largest are "
+        "counted within each row, over the V tokens",
+        _k_over_batch,
     ),
     (
         "removed tokens were set to 0, and exp(0) = 1 still gives them probability; set them to "

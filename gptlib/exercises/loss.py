@@ -58,6 +58,11 @@ def _lsm_over_rows(logits):
     return logits - m - (logits - m).exp().sum(dim=0, keepdim=True).log()
 
 
+def _lsm_global_max(logits):
+    m = logits.max()  # one maximum for the whole tensor
+    return logits - m - (logits - m).exp().sum(dim=-1, keepdim=True).log()
+
+
 LOG_SOFTMAX_MISTAKES = [
     (
         "exp(logits) overflows to inf for logits above about 88 (float32) and inf / inf is nan; "
@@ -79,18 +84,26 @@ LOG_SOFTMAX_MISTAKES = [
         "the V tokens: use dim=-1",
         _lsm_over_rows,
     ),
+    (
+        "the maximum m was taken over the whole tensor, not per row: a row far below the "
+        "largest logit anywhere has every exp(logits - m) underflow to 0 and its log is -inf; "
+        "each row needs its own maximum",
+        _lsm_global_max,
+    ),
 ]
 
 
 def _log_softmax_inputs(g: torch.Generator) -> tuple:
     logits = torch.randn(3, 7, generator=g) * 4.0 + 400.0  # [B, V]: exp(400) overflows float32
     logits[:, 0] -= 150.0  # one very unlikely token per row: its probability underflows to 0
+    logits[2] -= 800.0  # a row near -400: exp(-800) underflows, so each row needs its own max
     return (logits,)
 
 
 @solved_by(solution_log_softmax)
 def check_log_softmax(log_softmax: Callable) -> CheckResult:
-    """Run `log_softmax(logits)` on [3, 7] logits near 400, one of them 150 lower in each row."""
+    """Run `log_softmax(logits)` on [3, 7] logits, two rows near 400 and one near -400, one
+    logit 150 lower than the rest in each row."""
     return compare(
         "log_softmax",
         log_softmax,
@@ -148,6 +161,12 @@ def _naive_log_softmax(logits, labels):
     return (nll * keep).sum() / keep.sum()
 
 
+def _padding_as_token_zero(logits, labels):
+    V = logits.size(-1)
+    targets = labels[:, 1:].clamp(min=0)  # -100 turned into token 0, and counted
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V), targets.reshape(-1))
+
+
 def _softmax_then_log(logits, labels):
     targets = labels[:, 1:]
     keep = targets != IGNORE_INDEX
@@ -192,6 +211,11 @@ LM_LOSS_MISTAKES = [
         "log(softmax(logits)) in two steps: a tiny probability rounds to 0 and its log is -inf; "
         "use F.log_softmax or F.cross_entropy, which stay in log space",
         _softmax_then_log,
+    ),
+    (
+        "the ignored labels (-100) were turned into token 0: those padding positions are scored "
+        "as if token 0 came next, and counted in the mean; they must be left out of both",
+        _padding_as_token_zero,
     ),
 ]
 

@@ -52,28 +52,43 @@ def _merge_interleaved(y):
     return y.permute(0, 2, 3, 1).reshape(B, n, h * d_h)
 
 
+def _split_heads_not_moved(x, n_head):
+    B, n, d = x.shape
+    return x.reshape(B, n, n_head, d // n_head)  # [B, n, h, d_h]: the head axis left behind
+
+
 SPLIT_MISTAKES = [
     (
-        "x was reshaped straight to [B, h, n, d_h], which cuts the sequence into pieces and mixes "
-        "positions; view it as [B, n, h, d_h] first, then transpose(1, 2)",
+        "x was reshaped straight to [B, h, n, d_h] (a reshape or view alone): head 0 then holds "
+        "all the features of the first few positions instead of its own d_h features of every "
+        "position, so positions are mixed; the head axis has to be moved next to the batch "
+        "axis, a reshape cannot put it there",
         _split_without_transpose,
     ),
     (
+        "the head axis was never moved: this is [B, n, h, d_h], positions before heads; "
+        "split_heads returns [B, h, n, d_h], the heads next to the batch axis",
+        _split_heads_not_moved,
+    ),
+    (
         "the features are dealt out to the heads in turn (feature f to head f % h); head i owns "
-        "the consecutive features i*d_h .. (i+1)*d_h - 1: view(B, n, h, d_h)",
+        "the consecutive features i*d_h .. (i+1)*d_h - 1, so the last axis splits as [h, d_h], "
+        "not [d_h, h]",
         _split_interleaved,
     ),
 ]
 
 MERGE_MISTAKES = [
     (
-        "y was reshaped to [B, n, d] without moving the head axis back; transpose(1, 2) to "
-        "[B, n, h, d_h] first, then reshape (the transpose makes .view fail, .reshape copies)",
+        "y was reshaped to [B, n, d] with the head axis still in front of the positions: a "
+        "reshape alone glues each head's rows end to end, so an output position is made of "
+        "several positions of one head; the head axis has to move back behind the positions "
+        "first (after that move .view refuses the memory order, .reshape copies)",
         _merge_without_transpose,
     ),
     (
-        "the heads' features are interleaved; each head's d_h features must stay side by side: "
-        "y.transpose(1, 2).reshape(B, n, d)",
+        "the heads' features are interleaved (feature j of head i landed at j*h + i); each "
+        "head's d_h features must stay side by side, head after head",
         _merge_interleaved,
     ),
 ]

@@ -102,3 +102,25 @@ def test_no_solution_is_printed(notebook):
             and node.func.id == "show_solution"
         ]
         assert not calls, f"{notebook.name}: a cell calls show_solution; leave it to the reader"
+
+
+def test_each_exercise_states_its_difficulty_and_time():
+    """The label under each exercise heading agrees with `python -m gptlib progress`'s table."""
+    from gptlib.exercises.progress import EXERCISES
+
+    label = re.compile(r"\*Difficulty (★+) · about (\d+) minutes\*")
+    for path in NOTEBOOKS:
+        number = path.name[:2]
+        mine = [e for e in EXERCISES if e.notebook == number]
+        text = "".join(
+            "".join(c["source"])
+            for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+            if c["cell_type"] == "markdown"
+        )
+        found = label.findall(text)
+        if not mine:
+            assert not found, path.name
+            continue
+        assert found, f"{path.name}: no exercise states its difficulty and time"
+        assert sum(int(m) for _, m in found) == sum(e.minutes for e in mine), path.name
+        assert max(len(s) for s, _ in found) == max(e.stars for e in mine), path.name

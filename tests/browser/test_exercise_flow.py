@@ -75,3 +75,56 @@ def test_exercise_stub_then_slip_then_pass(page, lab, artifacts):
 
     assert error_outputs(page) == []
     assert console_errors(page) == []
+
+
+CAPSTONE = "13_your_gpt.ipynb"
+RMSNORM_STUB = "def rmsnorm(x, gain, eps=1e-5):"
+RMSNORM = """def rmsnorm(x, gain, eps=1e-5):
+    return {body}
+
+
+check_gpt_rmsnorm(rmsnorm)"""
+RMSNORM_SHORTCUT = "torch.nn.functional.rms_norm(x, (x.size(-1),), gain, eps)"
+RMSNORM_SLIP = "x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * gain"  # eps outside
+RMSNORM_RIGHT = "x / (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt() * gain"
+
+
+def _capstone_messages() -> dict[str, str]:
+    """What check_gpt_rmsnorm says to each body, asked of the library in this process."""
+    import torch  # noqa: F401  (the bodies use it)
+
+    from gptlib.exercises import check_gpt_rmsnorm
+
+    said = {}
+    for name, body in (
+        ("shortcut", RMSNORM_SHORTCUT),
+        ("slip", RMSNORM_SLIP),
+        ("right", RMSNORM_RIGHT),
+    ):
+        scope = {"torch": torch}
+        exec(f"def rmsnorm(x, gain, eps=1e-5):\n    return {body}", scope)
+        said[name] = check_gpt_rmsnorm(scope["rmsnorm"]).message
+    return said
+
+
+def test_capstone_piece_refuses_the_library_names_a_slip_then_passes(page, lab, artifacts):
+    said = _capstone_messages()
+    assert "write this one yourself" in said["shortcut"] and said["right"].startswith("✓")
+    notebook = lab.root / CAPSTONE
+    open_notebook(page, lab.url, CAPSTONE)
+    cells = page.locator(f"{IN_FRONT} .jp-CodeCell")
+    stub = cells.nth(_code_cell_index(notebook, RMSNORM_STUB))
+    output = stub.locator(".jp-OutputArea-output")
+    expect(stub.locator(".cm-content")).to_contain_text("raise NotImplementedError")
+    expect(output).to_have_text(not_written("rmsnorm").message)
+
+    _run(page, cells.nth(0))  # the imports
+    for name in ("shortcut", "slip", "right"):
+        body = {"shortcut": RMSNORM_SHORTCUT, "slip": RMSNORM_SLIP, "right": RMSNORM_RIGHT}[name]
+        _replace_source(page, stub, RMSNORM.format(body=body))
+        _run(page, stub)
+        expect(output).to_have_text(said[name])
+        page.screenshot(path=str(artifacts / f"capstone-{name}.png"))
+
+    assert error_outputs(page) == []
+    assert console_errors(page) == []

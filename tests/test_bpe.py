@@ -247,7 +247,7 @@ def test_merge_exercise_check():
         ]
 
     result = check_merge(keeps_second)
-    assert not result.passed and "skip both" in result.message
+    assert not result.passed and "uses up both ids" in result.message
 
 
 def test_show_solution_prints_the_reference(capsys):

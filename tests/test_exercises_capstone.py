@@ -463,3 +463,299 @@ def test_reexported_from_package():
     assert exercises.check_gpt_forward is capstone.check_gpt_forward
     assert "check_gpt_attention" in exercises.__all__
     assert exercises.mlp is not capstone.mlp  # the notebook-06 submodule is not shadowed
+
+
+# --- two slips at once: the pieces are checked on their own before the wiring -------------------
+# A reader's six functions, written in one namespace as in the notebook, where each finds the
+# others by name. `_reader` replaces some of them with the sources given.
+
+READER_SOURCE = """
+import math
+
+import torch
+
+
+def embed(idx, tok_emb, pos_emb):
+    n = idx.shape[1]
+    return tok_emb[idx] + pos_emb[torch.arange(n)]
+
+
+def rmsnorm(x, gain, eps=1e-5):
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gain
+
+
+def attention(x, w_qkv, w_proj, n_head):
+    B, n, d = x.shape
+    hs = d // n_head
+    q, k, v = (x @ w_qkv.T).chunk(3, dim=-1)
+    q, k, v = (t.reshape(B, n, n_head, hs).transpose(1, 2) for t in (q, k, v))
+    att = q @ k.transpose(-2, -1) / math.sqrt(hs)
+    att = att.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+    att = att.softmax(dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(B, n, d)
+    return y @ w_proj.T, att
+
+
+def mlp(x, w_fc, w_proj):
+    return torch.relu(x @ w_fc.T) @ w_proj.T
+
+
+def block(x, bw, n_head):
+    a, _ = attention(rmsnorm(x, bw["ln1"]), bw["qkv"], bw["attn_proj"], n_head)
+    x = x + a
+    return x + mlp(rmsnorm(x, bw["ln2"]), bw["fc"], bw["mlp_proj"])
+
+
+def forward(w, idx, n_head):
+    x = embed(idx, w["tok_emb"], w["pos_emb"])
+    for bw in w["blocks"]:
+        x = block(x, bw, n_head)
+    return rmsnorm(x, w["ln_f"]) @ w["lm_head"].T
+"""
+
+MASKLESS_ATTENTION = """
+def attention(x, w_qkv, w_proj, n_head):
+    B, n, d = x.shape
+    hs = d // n_head
+    q, k, v = (x @ w_qkv.T).chunk(3, dim=-1)
+    q, k, v = (t.reshape(B, n, n_head, hs).transpose(1, 2) for t in (q, k, v))
+    att = (q @ k.transpose(-2, -1) / math.sqrt(hs)).softmax(dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(B, n, d)
+    return y @ w_proj.T, att
+"""
+
+POST_NORM_BLOCK = """
+def block(x, bw, n_head):
+    a, _ = attention(x, bw["qkv"], bw["attn_proj"], n_head)
+    x = rmsnorm(x + a, bw["ln1"])
+    return rmsnorm(x + mlp(x, bw["fc"], bw["mlp_proj"]), bw["ln2"])
+"""
+
+FORWARD_FROM_IDS = """
+def forward(w, idx, n_head):
+    x = idx
+    for bw in w["blocks"]:
+        x = block(x, bw, n_head)
+    return rmsnorm(x, w["ln_f"]) @ w["lm_head"].T
+"""
+
+FORWARD_FROM_TOKEN_TABLE = """
+def forward(w, idx, n_head):
+    x = w["tok_emb"][idx]
+    for bw in w["blocks"]:
+        x = block(x, bw, n_head)
+    return rmsnorm(x, w["ln_f"]) @ w["lm_head"].T
+"""
+
+FORWARD_RESIDUAL_AROUND_BLOCK = """
+def forward(w, idx, n_head):
+    x = embed(idx, w["tok_emb"], w["pos_emb"])
+    for bw in w["blocks"]:
+        x = x + block(x, bw, n_head)
+    return rmsnorm(x, w["ln_f"]) @ w["lm_head"].T
+"""
+
+FORWARD_BLOCK_NOT_KEPT = """
+def forward(w, idx, n_head):
+    x = embed(idx, w["tok_emb"], w["pos_emb"])
+    for bw in w["blocks"]:
+        block(x, bw, n_head)
+    return rmsnorm(x, w["ln_f"]) @ w["lm_head"].T
+"""
+
+FORWARD_DOUBLED_LOGITS = """
+def forward(w, idx, n_head):
+    x = embed(idx, w["tok_emb"], w["pos_emb"])
+    for bw in w["blocks"]:
+        x = block(x, bw, n_head)
+    return 2 * (rmsnorm(x, w["ln_f"]) @ w["lm_head"].T)
+"""
+
+FIX_FIRST = (
+    "✗ {name}: your {piece} does not pass its own check (check_gpt_{piece}) yet; fix it first: "
+    "a wrong piece changes every tensor after it, so checking the {name} now could point at a "
+    "line that is right"
+)
+WIRING = (
+    "  your pieces pass their own checks, and this run used gptlib's in their place: the slip "
+    "is in your forward's own lines"
+)
+
+
+def _reader(*changed: str) -> dict:
+    namespace = {"__name__": "__main__"}  # the notebook's: the reader's code, not the library's
+    exec(READER_SOURCE, namespace)
+    for source in changed:
+        exec(source, namespace)
+    return namespace
+
+
+def _forward_check(namespace: dict) -> str:
+    before = dict(namespace)
+    message = capstone.check_gpt_forward(namespace["forward"]).message
+    assert all(namespace[k] is v for k, v in before.items())  # the reader's pieces are back
+    return message
+
+
+def test_the_readers_pieces_pass_together():
+    namespace = _reader()
+    assert capstone.check_gpt_forward(namespace["forward"]).passed
+    assert capstone.check_gpt_block(namespace["block"]).passed
+
+
+def test_maskless_attention_inside_a_post_norm_block_names_the_attention():
+    namespace = _reader(MASKLESS_ATTENTION, POST_NORM_BLOCK)
+    attention_says = capstone.check_gpt_attention(namespace["attention"]).message
+    assert attention_says.startswith("✗ attention: there is no causal mask")
+    assert _forward_check(namespace) == "\n".join(
+        [FIX_FIRST.format(name="forward", piece="attention"), "  " + attention_says]
+    )
+    assert capstone.check_gpt_block(namespace["block"]).message == "\n".join(
+        [FIX_FIRST.format(name="block", piece="attention"), "  " + attention_says]
+    )
+
+
+def test_once_the_attention_is_fixed_the_post_norm_block_is_named():
+    namespace = _reader(POST_NORM_BLOCK)
+    hint = _piece_hint("block", capstone._block_post_norm)
+    assert capstone.check_gpt_block(namespace["block"]).message == f"✗ block: {hint}"
+    assert f"likely slip in block: {hint}" in _forward_check(namespace)
+
+
+def test_a_slip_the_forward_report_also_names_keeps_that_report():
+    # One slip: the first tensor that differs is the attention's, as its own check says.
+    message = _forward_check(_reader(MASKLESS_ATTENTION))
+    assert message.startswith("✗ forward: the first tensor that differs is 'block 0 · attention")
+    assert "likely slip in attention: there is no causal mask" in message
+
+
+@pytest.mark.parametrize(
+    "source, handed",
+    [
+        (FORWARD_FROM_IDS, "the token ids themselves ([3, 8], whole numbers)"),
+        (FORWARD_FROM_TOKEN_TABLE, "the token embeddings alone (no position embeddings)"),
+    ],
+    ids=["ids", "token-table"],
+)
+def test_a_forward_that_never_calls_embed_is_named(source, handed):
+    message = _forward_check(_reader(source))
+    assert message == (
+        f"✗ forward: your forward never calls embed: the first piece it calls, block, is handed "
+        f"{handed} instead of the embeddings [3, 8, 16] that embed(idx, w['tok_emb'], "
+        "w['pos_emb']) returns"
+    )
+    assert "rmsnorm" not in message
+
+
+def test_a_stub_embed_never_called_is_not_asked_for():
+    # The embed is still a stub, but the forward does not call it: the forward is what is wrong.
+    stub = "def embed(idx, tok_emb, pos_emb):\n    raise NotImplementedError\n"
+    message = _forward_check(_reader(stub, FORWARD_FROM_TOKEN_TABLE))
+    assert message.startswith("✗ forward: your forward never calls embed")
+
+
+@pytest.mark.parametrize(
+    "source, label, likely, where",
+    [
+        (
+            FORWARD_RESIDUAL_AROUND_BLOCK,
+            "final norm",
+            "  likely slip in forward: "
+            + _piece_hint("forward", capstone._forward_residual_around_block),
+            ", in what it hands rmsnorm",
+        ),
+        (
+            FORWARD_BLOCK_NOT_KEPT,
+            "final norm",
+            "  likely slip in forward: " + _piece_hint("forward", capstone._forward_no_blocks),
+            ", in what it hands rmsnorm",
+        ),
+        (FORWARD_DOUBLED_LOGITS, "logits", "  no known slip matches", ""),
+    ],
+    ids=["residual-around-block", "block-output-dropped", "doubled-logits"],
+)
+def test_a_wiring_slip_between_correct_pieces_names_the_wiring(source, label, likely, where):
+    lines = _forward_check(_reader(source)).splitlines()
+    assert lines[0].startswith(f"✗ forward: the first tensor that differs is '{label}'")
+    assert lines[2] == likely
+    assert lines[-1] == WIRING + where
+    assert "try check_gpt" not in "\n".join(lines)
+
+
+def test_a_block_wiring_slip_between_correct_pieces_names_the_block():
+    namespace = _reader(
+        """
+def block(x, bw, n_head):
+    a, _ = attention(rmsnorm(x, bw["ln1"]), bw["qkv"], bw["attn_proj"], n_head)
+    x = x + 2 * a
+    return x + mlp(rmsnorm(x, bw["ln2"]), bw["fc"], bw["mlp_proj"])
+"""
+    )
+    message = capstone.check_gpt_block(namespace["block"]).message
+    assert message.startswith("✗ block: values differ from the reference")
+    assert message.endswith(
+        "(this ran with gptlib's rmsnorm, attention, mlp in place of yours, which pass their own "
+        "checks: the slip is in the block's own lines)"
+    )
+
+
+def test_a_stub_piece_inside_the_block_is_named():
+    namespace = _reader("def attention(x, w_qkv, w_proj, n_head):\n    raise NotImplementedError\n")
+    expected = "attention is not written yet: replace its body and run this cell again"
+    assert capstone.check_gpt_block(namespace["block"]).message == expected
+    assert _forward_check(namespace) == expected
+
+
+def test_a_stub_block_is_not_written_even_when_its_pieces_are_stubs():
+    namespace = _reader(
+        *(
+            f"def {name}(*args):\n    raise NotImplementedError\n"
+            for name in ("rmsnorm", "attention", "mlp", "block", "forward")
+        )
+    )
+    assert capstone.check_gpt_block(namespace["block"]).message.startswith("block is not written")
+    assert _forward_check(namespace).startswith("forward is not written")
+
+
+def test_a_piece_handing_the_work_to_the_library_is_refused_inside_the_forward():
+    namespace = _reader(
+        "def rmsnorm(x, gain, eps=1e-5):\n"
+        "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), gain, eps)\n"
+    )
+    message = _forward_check(namespace)
+    assert message.startswith(FIX_FIRST.format(name="forward", piece="rmsnorm"))
+    assert "✗ rmsnorm: write this one yourself: it calls F.rms_norm" in message
+
+
+def test_the_refusal_guard_holds_while_gptlibs_pieces_stand_in(model, weights):
+    namespace = _reader(
+        """
+from gptlib.model import Block, GPT
+
+
+def forward(w, idx, n_head):
+    x = embed(idx, w["tok_emb"], w["pos_emb"])
+    for bw in w["blocks"]:
+        x = block(x, bw, n_head)
+    return GPT.forward(None, idx)
+
+
+def block_by_library(x, bw, n_head):
+    return Block.forward(None, x)
+"""
+    )
+    before = dict(namespace)
+    fn = namespace["forward"]
+    stand_ins = capstone._reference_pieces(fn, capstone.PIECES)
+    assert set(stand_ins) == set(capstone.PIECES)
+    run = capstone._run_forward(fn, model, weights, 1e-5, 1e-4, stand_ins)
+    assert run.kind == "refused"
+    assert run.result.message.startswith("✗ forward: write this one yourself: it calls GPT.forward")
+    assert all(namespace[k] is v for k, v in before.items())
+    assert _forward_check(namespace) == run.result.message
+
+    by_library = capstone._with_pieces(
+        namespace["block_by_library"], {"rmsnorm": reference.rmsnorm}
+    )
+    result = capstone.compare("block", by_library, reference.block, capstone._block_inputs)
+    assert result.message.startswith("✗ block: write this one yourself: it calls Block.forward")

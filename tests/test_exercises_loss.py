@@ -74,7 +74,7 @@ def test_index_with_ignored_labels_names_ignore_index():
 
     result = loss.check_lm_loss(gather_everything)
     assert not result.passed
-    assert "ignore_index=-100" in result.message
+    assert "one of them was used as a token id" in result.message
 
 
 def test_naive_reader_passes_small_logits_but_not_huge_ones():
@@ -93,8 +93,8 @@ def test_global_maximum_written_by_a_reader_is_named():
 
     assert loss.check_log_softmax(log_softmax).message == (
         "✗ log_softmax: the maximum m was taken over the whole tensor, not per row: a row far "
-        "below the largest logit anywhere has every exp(logits - m) underflow to 0 and its log "
-        "is -inf; each row needs its own maximum"
+        "below the largest logit anywhere has every exp(logits - m) underflow to 0, and its log "
+        "is -inf"
     )
 
 
@@ -106,8 +106,7 @@ def test_padding_clamped_to_token_zero_is_named():
 
     assert loss.check_lm_loss(lm_loss).message == (
         "✗ lm_loss: the ignored labels (-100) were turned into token 0: those padding positions "
-        "are scored as if token 0 came next, and counted in the mean; they must be left out of "
-        "both"
+        "are scored as if token 0 came next, and counted in the mean"
     )
 
 

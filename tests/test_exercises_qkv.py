@@ -63,10 +63,13 @@ def _split_on_dim_1(x, w):
         (lambda x, w: tuple((x @ w.T).chunk(3, dim=1)), "along the positions"),
         (
             lambda x, w: tuple(x @ part for part in w.chunk(3, dim=0)),
-            "x @ W.T",
+            "multiplied x as it is stored",
         ),
-        (lambda x, w: tuple((x @ w).split(x.size(-1), dim=-1)), "x @ w_qkv.T"),
-        (_split_on_dim_1, "split(d, dim=-1)"),
+        (
+            lambda x, w: tuple((x @ w).split(x.size(-1), dim=-1)),
+            "cannot multiply it as it is stored",
+        ),
+        (_split_on_dim_1, "three blocks of d features on its last axis"),
     ],
 )
 def test_split_check_names_the_mistake(wrong, hint):

@@ -70,21 +70,25 @@ def _from_the_right(ids, pair, new_id):
 
 MISTAKES = [
     (
-        "only the first occurrence was merged; a merge replaces every occurrence of the pair",
+        "only the first occurrence of the pair was merged; the later ones are still in your list, "
+        "and a merge replaces every occurrence",
         _first_only,
     ),
     (
-        "the second id of each pair is still there: after writing new_id, skip both ids (i += 2)",
+        "the second id of each pair is still there: where the pair occurs your list holds new_id "
+        "followed by the pair's second id, so it is as long as the input; a merge uses up both ids "
+        "of the pair",
         _kept_second,
     ),
     (
-        "in a run like a a a with pair (a, a) the pairs overlap; only the first two merge, the "
-        "third a stays: [new, a]",
+        "in a run like a a a with pair (a, a) the middle a was used by two merges; an id that was "
+        "merged is used up, so the pairs cannot overlap: only the first two merge, the third a "
+        "stays",
         _overlapping,
     ),
     (
-        "the list was scanned from the right; in a run like a a a the left pair merges first, "
-        "giving [new, a], not [a, new]",
+        "the list was scanned from the right: in a run like a a a your result is [a, new]; the left "
+        "pair merges first, giving [new, a]",
         _from_the_right,
     ),
 ]

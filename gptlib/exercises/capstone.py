@@ -18,15 +18,24 @@ hook (`sys.setprofile`) catches what the reader's pieces return (the functions t
 `forward` finds under the names embed, rmsnorm, attention, mlp and block). The first tensor that
 differs is named, with both shapes and, when the reader's piece equals a known slip, that slip.
 
+A wrong piece changes every tensor after it, so two slips at once could make the first tensor
+that differs sit in a correct piece. The composite checks (`check_gpt_block`, `check_gpt_forward`)
+therefore first run each piece the reader's function calls through that piece's own check and
+name the first that fails; only when they all pass is the wiring judged, by running the reader's
+function with the reference pieces put in place of the reader's under the same names (the
+reader's are put back afterwards). A forward that never calls its embed is named as such.
+
 The reference solutions are the functions `embed` ... `forward` below, gathered in `reference`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -663,6 +672,13 @@ def _forward_probabilities(w, idx, n_head):
     return forward(w, idx, n_head).softmax(dim=-1)
 
 
+def _forward_residual_around_block(w, idx, n_head):
+    x = embed(idx, w["tok_emb"], w["pos_emb"])
+    for bw in w["blocks"]:
+        x = x + block(x, bw, n_head)
+    return rmsnorm(x, w["ln_f"]) @ w["lm_head"].T
+
+
 def _forward_no_blocks(w, idx, n_head):
     return rmsnorm(embed(idx, w["tok_emb"], w["pos_emb"]), w["ln_f"]) @ w["lm_head"].T
 
@@ -685,6 +701,11 @@ FORWARD_MISTAKES = [
     (
         "the blocks were skipped: x = block(x, bw, n_head) for each bw in w['blocks']",
         _forward_no_blocks,
+    ),
+    (
+        "the loop adds x around each block, but the block already adds its own residuals, so "
+        "x is counted twice: each block's output replaces x",
+        _forward_residual_around_block,
     ),
 ]
 
@@ -799,14 +820,6 @@ def check_gpt_mlp(fn) -> CheckResult:
     return compare("mlp", fn, mlp, _mlp_inputs, mistakes=MLP_MISTAKES, error_hints=MATMUL_ERRORS)
 
 
-@solved_by(block)
-def check_gpt_block(fn) -> CheckResult:
-    """`block(x, bw, n_head)` on random [2, 6, 12] inputs with random block weights."""
-    return compare(
-        "block", fn, block, _block_inputs, mistakes=BLOCK_MISTAKES, error_hints=MATMUL_ERRORS
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # The layer-by-layer checker
 
@@ -901,9 +914,13 @@ def _piece_codes(fn: Callable) -> dict:
     return codes
 
 
-def _record_calls(fn: Callable, args: tuple) -> tuple[object, list[tuple[str, object, object]]]:
+def _record_calls(
+    fn: Callable, args: tuple, entered: list | None = None
+) -> tuple[object, list[tuple[str, object, object]]]:
     """Call fn(*args) and record (piece, first argument, return value) of every call of a
-    piece, in the order the calls return (the order the tensors are made)."""
+    piece, in the order the calls return (the order the tensors are made). `entered`, when
+    given, receives (piece, first argument) of every call in the order the calls begin; it
+    keeps them when fn raises."""
     codes = _piece_codes(fn)
     calls: list[tuple[str, object, object]] = []
     first_args: dict[int, object] = {}
@@ -914,7 +931,10 @@ def _record_calls(fn: Callable, args: tuple) -> tuple[object, list[tuple[str, ob
             return
         if event == "call":
             names = frame.f_code.co_varnames
-            first_args[id(frame)] = frame.f_locals.get(names[0]) if names else None
+            first = frame.f_locals.get(names[0]) if names else None
+            first_args[id(frame)] = first
+            if entered is not None:
+                entered.append((piece, first))
         elif event == "return":
             calls.append((piece, first_args.pop(id(frame), None), arg))
 
@@ -1028,15 +1048,171 @@ def _raised_in(tb, codes: dict) -> str:
     return name
 
 
-@solved_by(forward)
-def check_gpt_forward(fn: Callable, atol: float = 1e-5, rtol: float = 1e-4) -> CheckResult:
-    """Run `fn(w, idx, n_head)` with the trained microgpt's weights (assets/names-microgpt-h4.pt)
-    beside gptlib's GPT, on a [3, 8] and a [2, 5] batch of random ids, and compare every tensor
-    in the order the forward pass makes it. The first that differs is named, with both shapes
-    and the likely slip."""
-    model = load_asset(ASSET).model
+# ---------------------------------------------------------------------------------------------
+# A composite checks the pieces it calls before its own lines. A wrong piece changes every
+# tensor after it, so the first tensor that differs can sit in a correct piece (a mask-less
+# attention read by a post-norm block shows first in the norm); the pieces are therefore
+# checked on their own first, and the wiring is then compared with gptlib's pieces standing in
+# for the reader's, so that its verdict does not depend on them.
+
+
+@contextlib.contextmanager
+def _pieces_replaced(fn: Callable, replacements: dict[str, Callable]) -> Iterator[None]:
+    """While the block runs, the names in `replacements` point at those functions in the
+    namespace `fn` reads its globals from (a notebook's); put back on the way out, also when
+    the block raises."""
+    names = getattr(fn, "__globals__", None)
+    if names is None or not replacements:
+        yield
+        return
+    saved = {name: names[name] for name in replacements}
+    try:
+        names.update(replacements)
+        yield
+    finally:
+        names.update(saved)
+
+
+def _reference_pieces(fn: Callable, order: tuple[str, ...]) -> dict[str, Callable]:
+    """The reference of every piece in `order` that `fn` finds by name, where its own differs."""
+    names = getattr(fn, "__globals__", {})
+    found = {}
+    for piece in order:
+        own = names.get(piece)
+        if isinstance(own, types.FunctionType) and own is not getattr(reference, piece):
+            found[piece] = getattr(reference, piece)
+    return found
+
+
+def _pieces_entered(fn: Callable, name: str, args: tuple) -> list | CheckResult:
+    """Run fn(*args) under the check's refusals and return (piece, first argument) of every
+    piece call that began, also when fn raised (the checks that follow say how); a refused call
+    is returned as the check's result."""
+    entered: list = []
+    try:
+        with torch.no_grad(), refusing(name, fn):
+            _record_calls(fn, args, entered)
+    except Refused as e:
+        return e.result
+    except Exception:
+        pass
+    return entered
+
+
+def _first_failing_piece(
+    fn: Callable, entered: list, order: tuple[str, ...]
+) -> tuple[str, CheckResult] | None:
+    """Run the own check of every piece fn called, in `order`: the first that fails, with what
+    its check said."""
+    names = getattr(fn, "__globals__", {})
+    called = {piece for piece, _ in entered}
+    for piece in order:
+        own = names.get(piece)
+        if piece in called and isinstance(own, types.FunctionType):
+            result = PIECE_CHECKS[piece](own)
+            if not result:
+                return piece, result
+    return None
+
+
+def _fix_first(name: str, piece: str, result: CheckResult) -> CheckResult:
+    """`✗ forward: your attention does not pass its own check yet ...`, then that check's words."""
+    if result.message == not_written(piece).message:
+        return result
+    lines = [
+        f"✗ {name}: your {piece} does not pass its own check (check_gpt_{piece}) yet; fix it "
+        f"first: a wrong piece changes every tensor after it, so checking the {name} now could "
+        "point at a line that is right",
+        *(f"  {line}" for line in result.message.splitlines()),
+    ]
+    return CheckResult(False, "\n".join(lines))
+
+
+def _with_pieces(fn: Callable, replacements: dict[str, Callable]) -> Callable:
+    """fn, each of whose calls finds `replacements` under the pieces' names."""
+
+    def with_reference_pieces(*args):
+        with _pieces_replaced(fn, replacements):
+            return fn(*args)
+
+    return with_reference_pieces
+
+
+BLOCK_PIECES = ("rmsnorm", "attention", "mlp")
+_BLOCK_HINTS = {f"✗ block: {hint}" for hint, _ in BLOCK_MISTAKES}
+
+
+@solved_by(block)
+def check_gpt_block(fn) -> CheckResult:
+    """`block(x, bw, n_head)` on random [2, 6, 12] inputs with random block weights. First the
+    pieces it calls by name (rmsnorm, attention, mlp) are checked on their own; then the block
+    runs with gptlib's pieces in their place, so that what is compared is its own lines."""
+    entered = _pieces_entered(fn, "block", _block_inputs(torch.Generator().manual_seed(1000)))
+    if isinstance(entered, CheckResult):  # refused
+        return entered
+    failed = _first_failing_piece(fn, entered, BLOCK_PIECES)
+    if failed is not None:
+        return _fix_first("block", *failed)
+    replacements = _reference_pieces(fn, BLOCK_PIECES)
+    user = _with_pieces(fn, replacements) if replacements else fn
+    result = compare(
+        "block", user, block, _block_inputs, mistakes=BLOCK_MISTAKES, error_hints=MATMUL_ERRORS
+    )
+    unnamed = result.message.startswith(
+        ("✗ block: values differ", "✗ block: output has", "✗ block: returned", "✗ block: your")
+    )
+    if replacements and unnamed and result.message not in _BLOCK_HINTS:
+        pieces = ", ".join(p for p in BLOCK_PIECES if p in replacements)
+        result = CheckResult(
+            False,
+            f"{result.message}\n  (this ran with gptlib's {pieces} in place of yours, which pass "
+            "their own checks: the slip is in the block's own lines)",
+        )
+    return result
+
+
+PIECE_CHECKS = {
+    "embed": check_gpt_embed,
+    "rmsnorm": check_gpt_rmsnorm,
+    "attention": check_gpt_attention,
+    "mlp": check_gpt_mlp,
+    "block": check_gpt_block,
+}
+
+
+@dataclass
+class _ForwardRun:
+    """What one run of a forward beside gptlib's GPT found."""
+
+    result: CheckResult
+    kind: str  # "passed", "refused", "not written", "raised" or "differs"
+    named: set[str]  # the pieces its message points at
+    entered: list  # (piece, first argument) of every piece call, in the order they began
+    lib: dict | None = None  # gptlib's tensors on the ids of the failing run
+    idx: torch.Tensor | None = None
+
+
+def _wiring_line(piece: str | None) -> str:
+    where = f", in what it hands {piece}" if piece not in (None, "forward") else ""
+    return (
+        "  your pieces pass their own checks, and this run used gptlib's in their place: the "
+        f"slip is in your forward's own lines{where}"
+    )
+
+
+def _run_forward(
+    fn: Callable,
+    model: GPT,
+    w: dict,
+    atol: float,
+    rtol: float,
+    replacements: dict[str, Callable] | None = None,
+) -> _ForwardRun:
+    """Run fn(w, idx, n_head) beside gptlib's GPT on a [3, 8] and a [2, 5] batch of ids and
+    compare every tensor in the order the forward pass makes it; with `replacements`, the
+    pieces fn finds by name are gptlib's for the run (the reader's are put back afterwards)."""
     cfg = model.cfg
-    w = gpt_weights(model)
+    swapped = bool(replacements)
     g = torch.Generator().manual_seed(1200)
     first_report = None
     for idx in _inputs_for_forward(g, cfg.vocab_size, cfg.block_size):
@@ -1045,21 +1221,32 @@ def check_gpt_forward(fn: Callable, atol: float = 1e-5, rtol: float = 1e-4) -> C
             for k, v in w.items()
         }
         lib = trace_gpt(model, idx)
+        entered: list = []
+        codes: dict = {}
         try:
-            with torch.no_grad(), refusing("forward", fn):
-                logits, calls = _record_calls(fn, (w_copy, idx, cfg.n_head))
+            with (
+                torch.no_grad(),
+                refusing("forward", fn),
+                _pieces_replaced(fn, replacements or {}),
+            ):
+                codes = _piece_codes(fn)  # gptlib's pieces, where they stand in
+                logits, calls = _record_calls(fn, (w_copy, idx, cfg.n_head), entered)
         except Refused as e:  # the model or a block did the work
-            return e.result
+            return _ForwardRun(e.result, "refused", set(), entered)
         except NotImplementedError as e:
-            return not_written(_raised_in(e.__traceback__, _piece_codes(fn)))
+            where = _raised_in(e.__traceback__, codes)
+            return _ForwardRun(not_written(where), "not written", {where}, entered)
         except Exception as e:
-            where = _raised_in(e.__traceback__, _piece_codes(fn))
+            where = _raised_in(e.__traceback__, codes)
             message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             for fragment, hint in PIECE_ERRORS.get(where, MATMUL_ERRORS + EMBED_ERRORS):
                 if fragment in message:
                     message += f". Hint: {hint}"
                     break
-            return CheckResult(False, f"✗ forward: {where} raised {message}")
+            text = f"✗ forward: {where} raised {message}"
+            if swapped:
+                text += "\n" + _wiring_line(where)
+            return _ForwardRun(CheckResult(False, text), "raised", {where}, entered, lib, idx)
         mine, by_piece, counted = _label_calls(calls, logits, cfg.n_layer)
         report = []
         for label, piece, k, what in _steps(cfg.n_layer):
@@ -1078,22 +1265,99 @@ def check_gpt_forward(fn: Callable, atol: float = 1e-5, rtol: float = 1e-4) -> C
                 piece, k, what, block_i, w, idx, cfg.n_head, lib, by_piece, atol, rtol
             )
             made_by = "block, read by rmsnorm" if what == "in" else piece
+            blamed = "block" if what == "in" else piece
+            if slip:
+                likely = f"  likely slip in {slip}"
+            elif swapped:
+                likely = "  no known slip matches"
+            else:
+                likely = f"  no known slip matches; try check_gpt_{blamed}"
             lines = [
                 f"✗ forward: the first tensor that differs is '{label}' (made by {made_by}), on "
                 f"ids of shape {list(idx.shape)}",
                 f"  expected shape {_shape(expected)}, got {_shape(got)}; {how}",
-                f"  likely slip in {slip}"
-                if slip
-                else f"  no known slip matches; try check_gpt_{'block' if what == 'in' else piece}",
+                likely,
+                *_unseen(counted, cfg.n_layer),
             ]
-            return CheckResult(False, "\n".join(lines + _unseen(counted, cfg.n_layer)))
+            if swapped:
+                lines.append(_wiring_line(None if what == "in" else piece))
+            named = {blamed} | ({slip.split(":")[0]} if slip else set())
+            result = CheckResult(False, "\n".join(lines))
+            return _ForwardRun(result, "differs", named, entered, lib, idx)
         if first_report is None:
             first_report = report + _unseen(counted, cfg.n_layer)
+            first_entered = entered
     lines = [
         f"✓ forward: every tensor equals gptlib's GPT (atol {atol:g}) on ids of shape [3, "
         f"{cfg.block_size}] and [2, {cfg.block_size - 3}]"
     ]
-    return CheckResult(True, "\n".join(lines + first_report))
+    return _ForwardRun(
+        CheckResult(True, "\n".join(lines + first_report)), "passed", set(), first_entered
+    )
+
+
+def _embed_skipped(fn: Callable, run: _ForwardRun, w: dict) -> CheckResult | None:
+    """When fn has an embed to call, never called it, and the first piece it called read
+    something other than the embeddings: that is the slip, not the piece that read it."""
+    own = getattr(fn, "__globals__", {}).get("embed")
+    if not isinstance(own, types.FunctionType) or run.lib is None:
+        return None
+    if any(piece == "embed" for piece, _ in run.entered):
+        return None
+    first = next(((p, x) for p, x in run.entered if p != "forward"), None)
+    if first is None:  # no piece called by name: nothing to say where the embeddings went
+        return None
+    piece, x = first
+    expected = run.lib["embeddings"]
+    if isinstance(x, torch.Tensor) and _close(x, expected, 1e-5, 1e-4):
+        return None  # the embeddings, written out in the forward itself
+    if not isinstance(x, torch.Tensor):
+        what = f"a {type(x).__name__}"
+    elif not x.is_floating_point():
+        what = f"the token ids themselves ({_shape(x)}, whole numbers)"
+    elif x.shape == expected.shape and _close(x, w["tok_emb"][run.idx], 1e-5, 1e-4):
+        what = "the token embeddings alone (no position embeddings)"
+    else:
+        what = f"a tensor of shape {_shape(x)}"
+    return CheckResult(
+        False,
+        f"✗ forward: your forward never calls embed: the first piece it calls, {piece}, is "
+        f"handed {what} instead of the embeddings {_shape(expected)} that "
+        "embed(idx, w['tok_emb'], w['pos_emb']) returns",
+    )
+
+
+@solved_by(forward)
+def check_gpt_forward(fn: Callable, atol: float = 1e-5, rtol: float = 1e-4) -> CheckResult:
+    """Run `fn(w, idx, n_head)` with the trained microgpt's weights (assets/names-microgpt-h4.pt)
+    beside gptlib's GPT, on a [3, 8] and a [2, 5] batch of random ids, and compare every tensor
+    in the order the forward pass makes it.
+
+    Every piece fn calls by name is checked on its own first (embed, rmsnorm, attention, mlp,
+    then block), and the first that fails is named. Only then is the wiring judged: when the
+    pieces pass, fn runs again with gptlib's pieces in place of the reader's, and the first
+    tensor that differs is named, with both shapes and the likely slip."""
+    model = load_asset(ASSET).model
+    w = gpt_weights(model)
+    as_is = _run_forward(fn, model, w, atol, rtol)
+    if as_is.kind == "refused":
+        return as_is.result
+    failed = _first_failing_piece(fn, as_is.entered, PIECES)
+    if failed is not None:
+        piece, result = failed
+        if piece in as_is.named and result.message != not_written(piece).message:
+            return as_is.result  # the forward's own report points at that piece too
+        return _fix_first("forward", piece, result)
+    if as_is.kind in ("passed", "not written"):
+        return as_is.result
+    replacements = _reference_pieces(fn, PIECES)
+    run = _run_forward(fn, model, w, atol, rtol, replacements) if replacements else as_is
+    if run.kind in ("refused", "not written"):
+        return run.result
+    if run.kind == "passed":  # the pieces pass on their own but not inside this forward
+        return as_is.result
+    skipped = _embed_skipped(fn, run, w)  # a CheckResult that failed is falsy: test for None
+    return run.result if skipped is None else skipped
 
 
 def _unseen(counted: dict[str, int], n_layer: int) -> list[str]:

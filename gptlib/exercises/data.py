@@ -59,27 +59,30 @@ def _bos_as_zero(documents, tokenizer):
 
 MISTAKES = [
     (
-        "no BOS at the start of the stream: the first document has no 'start' token before it, so "
-        "the model never learns from it how a document begins; open the stream with BOS",
+        "no BOS at the start of the stream: yours begins with the first document's letters, so "
+        "nothing marks where that document starts and the model never learns from it how a document "
+        "begins",
         _no_opening,
     ),
     (
-        "no BOS at the end of the stream: the last document is never closed, so the model misses "
-        "one 'the document ends here' example; append BOS after every document",
+        "no BOS at the end of the stream: yours stops after the last document's letters, so the "
+        "last document is never closed and the model misses one 'the document ends here' example",
         _no_closing,
     ),
     (
-        "BOS only between documents (a join): the stream must also open and close with BOS, "
-        "'.' + '.'.join(docs) + '.' in characters",
+        "BOS only between documents (a join): your stream starts with the first document's letters "
+        "and ends with the last one's, so the first document has no start marker and the last one "
+        "no end marker",
         _joined,
     ),
     (
-        "the documents run into each other with no BOS at all: nothing marks where a name ends; "
-        "put tokenizer.bos_id before every document and once at the end",
+        "the documents run into each other with no BOS at all: your stream is the letters alone, so "
+        "nothing marks where one name ends and the next begins",
         _no_bos,
     ),
     (
-        "BOS was written as id 0, which is the letter 'a' here; use tokenizer.bos_id (the last id)",
+        "BOS was written as id 0, which is the letter 'a' in this tokenizer: your stream marks "
+        "every boundary with an 'a'; the tokenizer knows its own BOS id (here the last one)",
         _bos_as_zero,
     ),
 ]

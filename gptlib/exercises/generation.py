@@ -152,61 +152,57 @@ def _p_by_index(logits, top_k, top_p):
 
 FILTER_MISTAKES = [
     (
-        "top-k kept k - 1 tokens (off by one); keep the k largest: mask a logit only when it is "
-        "smaller than the k-th largest, logits < logits.topk(k).values[:, -1:]",
+        "top-k kept k - 1 tokens (off by one): the k-th largest logit of each row was removed too",
         _k_minus_one,
     ),
     (
-        "top-k kept k + 1 tokens (off by one); the k-th largest is topk(k).values[:, -1:], "
-        "index k - 1 of a descending sort, not k",
+        "top-k kept k + 1 tokens (off by one): the (k+1)-th largest logit of each row survived",
         _k_plus_one,
     ),
     (
-        "you kept the least likely tokens: the sort (or topk) ran in ascending order; rank the "
-        "largest first: sort(descending=True), topk(k) (largest=True)",
+        "you kept the least likely tokens: the ranking ran in ascending order, smallest first",
         _ascending,
     ),
     (
-        "top-k ranked the logits along the batch axis (dim 0): each column kept the k rows "
-        "where that token is largest, so a row keeps any number of tokens; the k largest are "
-        "counted within each row, over the V tokens",
+        "top-k ranked the logits along the batch axis (dim 0): each column kept the k rows where "
+        "that token is largest, so a row keeps any number of tokens; the k largest are counted "
+        "within each row, over the V tokens",
         _k_over_batch,
     ),
     (
-        "removed tokens were set to 0, and exp(0) = 1 still gives them probability; set them to "
-        "float('-inf')",
+        "removed tokens were set to 0, and exp(0) = 1 still gives them probability: for the sampler "
+        "your filter removes almost nothing",
         _zero_filled,
     ),
     (
         "you returned probabilities with the removed tokens at 0 (the filter applied after the "
-        "softmax), and the kept ones no longer sum to 1; return logits with -inf, so that the "
-        "sampler's softmax renormalises the kept tokens",
+        "softmax), and the kept ones no longer sum to 1; this filter returns logits, with the "
+        "removed ones at -inf",
         _probabilities_zeroed,
     ),
     (
-        "you returned probabilities (a softmax); this filter returns logits, the removed ones at "
-        "-inf, and the sampler takes the softmax after it",
+        "you returned probabilities (a softmax of the filtered logits); this filter returns logits, "
+        "and the sampler takes the softmax after it",
         _probabilities_renormalised,
     ),
     (
-        "top-p dropped the token whose probability crosses p (cumsum <= p); the nucleus is the "
-        "smallest set that reaches p, so that token belongs to it: keep a token when the mass "
-        "ranked above it, cumsum - probs, is still below p",
+        "top-p dropped the token whose probability crosses p: your nucleus stops before its mass "
+        "reaches p, so it holds less than p; the token that crosses p belongs to it",
         _cut_crossing,
     ),
     (
-        "top-p measured the mass on the unfiltered distribution; after top-k, take the softmax "
-        "of the filtered logits (renormalised over the k kept tokens) and measure p on that",
+        "top-p measured the mass on the unfiltered distribution, before top-k; after top-k the kept "
+        "tokens' probabilities are renormalised, and p is measured on those",
         _p_before_k,
     ),
     (
-        "ties: top-p cut the nucleus by sorted position, so tokens tied with the last kept one "
-        "were dropped; keep every token whose probability is at least the last kept one's",
+        "ties: top-p cut the nucleus by sorted position, so tokens tied with the last kept one were "
+        "dropped",
         _p_by_index,
     ),
     (
-        "ties: top-k kept exactly k positions, so a token tied with the k-th largest was "
-        "dropped by index; compare values instead, logits < kth -> -inf, which keeps every tie",
+        "ties: top-k kept exactly k positions, so a token tied with the k-th largest was dropped by "
+        "index",
         _k_by_index,
     ),
 ]
@@ -323,43 +319,42 @@ def _slip(**switches) -> Callable:
 
 STEP_MISTAKES = [
     (
-        "the context was not cropped, so the model refused it (longer than block_size); keep "
-        "its last block_size tokens: idx[:, -model.cfg.block_size:]",
+        "the context was not cropped, so the model refused it (longer than block_size)",
         _slip(crop="none"),
     ),
     (
-        "the context was cropped to its first block_size tokens; keep the last ones, the ones "
-        "next to the token being predicted: idx[:, -model.cfg.block_size:]",
+        "the context was cropped to its first block_size tokens, the ones furthest from the token "
+        "being predicted",
         _slip(crop="first"),
     ),
     (
-        "you sampled from the first position's distribution; the next token is predicted by "
-        "the last position: logits[:, -1, :]",
+        "you sampled from the first position's distribution; the next token is predicted by the "
+        "last position",
         _slip(position=0),
     ),
     (
         "temperature 0 divided by zero (NaN probabilities, which torch.multinomial refuses); "
-        "treat it as greedy decoding: return logits.argmax(dim=-1, keepdim=True)",
+        "temperature 0 stands for greedy decoding",
         _slip(greedy=False),
     ),
     (
         "the filter ran before the temperature: top-p then measures the mass of the untempered "
-        "distribution; divide the logits by the temperature first, then filter",
+        "distribution",
         _slip(filter_first=True),
     ),
     (
-        "the logits are multiplied by the temperature; divide them: a low temperature must "
-        "sharpen the distribution",
+        "the logits are multiplied by the temperature: a low temperature flattens your distribution "
+        "instead of sharpening it",
         _slip(divide=False),
     ),
     (
-        "you took the argmax at a temperature above 0 (greedy decoding); sample instead: "
-        "torch.multinomial(probs, num_samples=1, generator=generator)",
+        "you took the argmax at a temperature above 0 (greedy decoding), so every call gives the "
+        "most likely token instead of a sample",
         _slip(sampler="argmax"),
     ),
     (
-        "two calls with equally seeded generators gave different tokens: pass the generator to "
-        "the sampler, torch.multinomial(probs, num_samples=1, generator=generator)",
+        "two calls with equally seeded generators gave different tokens: the sampler did not draw "
+        "with the generator you were handed",
         _slip(sampler="global"),
     ),
 ]

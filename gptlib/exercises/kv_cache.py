@@ -115,61 +115,60 @@ def _decode_slip(**switches):
 
 DECODE_MISTAKES = [
     (
-        "the new token read row 0 of the position table; it sits at position past = "
-        "cache.length: model.pos_emb.weight[cache.length] (read it before advancing the cache)",
+        "the new token read row 0 of the position table: each step's token is embedded as if it "
+        "stood at position 0, not at position past = cache.length",
         _decode_slip(row=None),
     ),
     (
-        "the new token read row past + 1 of the position table; positions count from 0, so the "
-        "token after `past` cached ones is at position past = cache.length",
+        "the new token read row past + 1 of the position table, one place too far: positions count "
+        "from 0",
         _decode_slip(row=1),
     ),
     (
-        "the new position attended only to the cached keys and was never stored: append its k "
-        "and v first, k_all, v_all = cache.update(layer, k, v), and attend over those",
+        "the new position attended only to the cached keys and was never stored: its own key and "
+        "value are missing from the attention and from the cache",
         _decode_slip(keys="cache_only"),
     ),
     (
-        "the new position attended only to its own key: attend over everything cache.update "
-        "returns, the past keys and the new one, [B, h, past + 1, d_h]",
+        "the new position attended only to its own key, [B, h, 1, d_h]: the past keys the cache "
+        "holds were left out",
         _decode_slip(keys="new_only"),
     ),
     (
-        "a causal mask on the single new query (is_causal=True, or the mask's first row) leaves "
-        "it only the first key; the new query comes after every cached key: use no mask",
+        "a causal mask on the single new query (is_causal=True, or the mask's first row) leaves it "
+        "only the first key, although every cached key lies in its past",
         _decode_slip(causal=True),
     ),
     (
-        "the new key and value were appended twice (cache.update already returns them, "
-        "concatenating k again adds a second copy); attend over what cache.update returns",
+        "the new key and value were appended twice: cache.update already returns them, and "
+        "concatenating k again adds a second copy",
         _decode_slip(twice=True),
     ),
     (
-        "the cache was advanced once per layer, so later layers wrote at the wrong position; "
-        "call cache.advance(1) once, after the last block",
+        "the cache was advanced once per layer, so later layers wrote at the wrong position",
         _decode_slip(advance="every_layer"),
     ),
     (
-        "the logits are right but the cache was not advanced (cache.length stays past), so the "
-        "next step would overwrite this position: call cache.advance(1) after the last block",
+        "the logits are right but the cache was not advanced (cache.length stays past), so the next "
+        "step would overwrite this position",
         _decode_slip(advance="never"),
     ),
     (
-        "the scores are not scaled: divide q @ k^T by sqrt(d_h)",
+        "the scores are not scaled: your softmax reads the raw dot products, which makes it too "
+        "peaked",
         _decode_slip(scale="none"),
     ),
     (
-        "you divided by sqrt(d), the model width; the scale is one head's width, "
-        "sqrt(d_h) = sqrt(attn.head_dim)",
+        "you divided by sqrt(d), the model width; the scale uses one head's width, d_h",
         _decode_slip(scale="d"),
     ),
     (
-        "the blocks were run pre-norm (x + attn(ln1(x))); the `textbook` preset is post-norm: "
-        "x = ln1(x + attn(x)), then x = ln2(x + mlp(x))",
+        "the blocks were run pre-norm (x + attn(ln1(x))); the `textbook` preset is post-norm, where "
+        "each norm follows its residual addition",
         _decode_slip(norm="pre"),
     ),
     (
-        "the final norm is missing: logits = model.lm_head(model.ln_f(x))",
+        "the final norm is missing: the head read the last block's output directly",
         _decode_slip(final_norm=False),
     ),
 ]

@@ -53,34 +53,33 @@ def _over_batch(logits, temperature):
 
 
 MISTAKES = [
-    # Checked in order: at T = 0 multiplying also gives a uniform row, so this one comes first.
     (
-        "temperature 0 is the coldest setting, not the flattest: it puts all the mass on the "
-        "argmax (a one-hot row), not on every token equally",
+        "temperature 0 gave every token the same probability: 0 is the coldest setting, not the "
+        "flattest, greedy decoding with all the mass on each row's largest logit",
         _zero_uniform,
     ),
     (
-        "the logits are multiplied by the temperature; divide them: softmax(logits / T), so a "
-        "low temperature sharpens the distribution and a high one flattens it",
+        "the logits are multiplied by the temperature: your distribution gets flatter as T falls "
+        "and sharper as it rises, the opposite of what a temperature does",
         _multiplied,
     ),
     (
-        "the temperature is applied after the softmax, so the rows no longer sum to 1; divide "
-        "the logits by T first, then take the softmax",
+        "the temperature is applied after the softmax: your rows no longer sum to 1 (they sum to 1 "
+        "/ T) and their shape is that of T = 1",
         _after_softmax,
     ),
     (
-        "the temperature has no effect: divide the logits by it before the softmax",
+        "the temperature has no effect: your output is the plain softmax whatever T is",
         _ignored,
     ),
     (
-        "temperature 0 divides by zero and gives inf / nan; treat it as greedy decoding: a "
-        "one-hot row at logits.argmax(-1)",
+        "temperature 0 divides by zero, and your rows hold inf or nan; T = 0 stands for greedy "
+        "decoding, not a division",
         _zero_divides,
     ),
     (
-        "the softmax runs over the batch (dim=0); each row is a distribution over the V tokens: "
-        "softmax(dim=-1)",
+        "the softmax runs over the batch (dim=0): your columns sum to 1, not your rows; each row is "
+        "a distribution over the V tokens",
         _over_batch,
     ),
 ]

@@ -65,29 +65,29 @@ def _lsm_global_max(logits):
 
 LOG_SOFTMAX_MISTAKES = [
     (
-        "exp(logits) overflows to inf for logits above about 88 (float32) and inf / inf is nan; "
-        "subtract the row maximum m first: logits - m - log(sum(exp(logits - m)))",
+        "exp(logits) overflows to inf for logits above about 88 (float32) and underflows to 0 far "
+        "below zero, and inf / inf or log(0 / 0) is nan: your output is nan on the rows near 400 "
+        "and -400",
         _lsm_naive,
     ),
     (
-        "softmax and then log, in two steps: a probability below about 1e-45 rounds to 0 and its "
-        "log is -inf; stay in log space: logits - m - log(sum(exp(logits - m)))",
+        "softmax and then log, in two steps: a probability below about 1e-45 rounds to 0, so your "
+        "output is -inf for the very unlikely token of each row",
         _lsm_softmax_then_log,
     ),
     (
-        "after subtracting the maximum m inside the exp, m has to be subtracted from the logits "
-        "too: log sum exp(x) = m + log sum exp(x - m)",
+        "the maximum m was subtracted inside the exp but not from the logits outside it: each of "
+        "your rows is off by its own maximum",
         _lsm_max_not_added_back,
     ),
     (
-        "the maximum and the sum run over the rows (dim=0); each row is one distribution over "
-        "the V tokens: use dim=-1",
+        "the maximum and the sum run over the rows (dim=0): your columns are normalised, not your "
+        "rows; each row is one distribution over the V tokens",
         _lsm_over_rows,
     ),
     (
-        "the maximum m was taken over the whole tensor, not per row: a row far below the "
-        "largest logit anywhere has every exp(logits - m) underflow to 0 and its log is -inf; "
-        "each row needs its own maximum",
+        "the maximum m was taken over the whole tensor, not per row: a row far below the largest "
+        "logit anywhere has every exp(logits - m) underflow to 0, and its log is -inf",
         _lsm_global_max,
     ),
 ]
@@ -176,45 +176,49 @@ def _softmax_then_log(logits, labels):
 
 
 IGNORE_HINT = (
-    "labels equal to -100 mark positions to leave out; pass ignore_index=-100 to "
-    "F.cross_entropy, or drop those positions before averaging"
+    "labels equal to -100 mark positions to leave out, and one of them was used as a token id "
+    "(F.cross_entropy has an argument for such labels)"
 )
 
 LM_LOSS_MISTAKES = [
     (
-        "no shift: position t's logits are compared with labels[:, t], the token it already "
-        "reads; compare logits[:, :-1] with labels[:, 1:]",
+        "no shift: position t's logits are scored against labels[:, t], the token that position "
+        "already reads, so your loss rewards copying the input instead of predicting the next token",
         _no_shift,
     ),
     (
-        "shifted the wrong way round: logits[:, t] predicts the NEXT token, so pair "
-        "logits[:, :-1] with labels[:, 1:]",
+        "shifted the wrong way round: your loss scores each position against the token before it, "
+        "logits[:, t] with labels[:, t - 1]",
         _shift_backwards,
     ),
-    ("the losses are summed; the loss is their mean over the counted positions", _sum),
     (
-        "the ignored (-100) positions are counted in the denominator; divide by the number of "
-        "labels that are not -100 (F.cross_entropy with ignore_index=-100 does)",
+        "the losses are summed: your value grows with the number of positions; the loss is their "
+        "mean over the counted positions",
+        _sum,
+    ),
+    (
+        "the ignored (-100) positions are counted in the denominator: your mean is too small by the "
+        "share of ignored labels",
         _ignored_in_denominator,
     ),
     (
-        "each sequence is averaged first and then the sequences; with ignored labels the rows "
-        "count different numbers of positions: average over all counted positions at once",
+        "each sequence is averaged first and then the sequences: with ignored labels the rows count "
+        "different numbers of positions, so a position of a short row weighs more in your mean",
         _mean_of_row_means,
     ),
     (
-        "exp(logits) overflows for logits above about 88 and inf / inf is nan; use "
-        "F.log_softmax / F.cross_entropy (log-sum-exp) instead of log(exp / sum(exp))",
+        "exp(logits) overflows for logits above about 88 and inf / inf is nan: your loss is nan on "
+        "the large logits",
         _naive_log_softmax,
     ),
     (
-        "log(softmax(logits)) in two steps: a tiny probability rounds to 0 and its log is -inf; "
-        "use F.log_softmax or F.cross_entropy, which stay in log space",
+        "log(softmax(logits)) in two steps: a tiny probability rounds to 0 and its log is -inf, so "
+        "your loss is inf where the true token is very unlikely",
         _softmax_then_log,
     ),
     (
-        "the ignored labels (-100) were turned into token 0: those padding positions are scored "
-        "as if token 0 came next, and counted in the mean; they must be left out of both",
+        "the ignored labels (-100) were turned into token 0: those padding positions are scored as "
+        "if token 0 came next, and counted in the mean",
         _padding_as_token_zero,
     ),
 ]

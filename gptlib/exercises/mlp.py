@@ -50,31 +50,35 @@ def _swapped_weights(x, w_fc, w_proj, activation):
 
 
 TRANSPOSE_HINT = (
-    "nn.Linear stores its weight as [out, in], so a layer computes x @ weight.T: the first layer "
-    "is x @ w_fc.T ([B, n, d] -> [B, n, 4d]), the second hidden @ w_proj.T"
+    "nn.Linear stores its weight as [out, in]: w_fc is [4d, d] (the layer that widens d to 4d) and "
+    "w_proj is [d, 4d], so neither multiplies x as it is stored"
 )
 
 MISTAKES = [
     (
-        "the activation is missing: without it the two layers collapse into the single matrix "
-        "w_proj @ w_fc; apply activation to the hidden [B, n, 4d] tensor",
+        "the activation is missing: nothing happens between the two layers, so they collapse into a "
+        "single d x d matrix and your output is linear in x",
         _no_activation,
     ),
     (
-        "the activation comes after the second layer; it belongs between the layers, on the "
-        "hidden [B, n, 4d] tensor, and the output of w_proj is returned as it is",
+        "the activation comes after the second layer: your output went through it, and the hidden "
+        "[B, n, 4d] tensor between the two layers did not",
         _activation_after_second,
     ),
     (
-        "the activation is applied after both layers; use it once, on the hidden [B, n, 4d] "
-        "tensor only",
+        "the activation is applied twice: on the hidden [B, n, 4d] tensor and again on the output",
         _activation_twice,
     ),
     (
-        "ReLU is used whatever `activation` is passed; call the given function (it may be F.gelu)",
+        "ReLU is used whatever `activation` is passed, so the GELU trials come out wrong; the "
+        "activation to use is the argument",
         _always_relu,
     ),
-    (f"the two weight tables play swapped roles. {TRANSPOSE_HINT}", _swapped_weights),
+    (
+        f"the two weight tables play swapped roles: the shapes happen to fit, but "
+        f"your first layer used w_proj and the second w_fc. {TRANSPOSE_HINT}",
+        _swapped_weights,
+    ),
 ]
 
 

@@ -107,54 +107,57 @@ def _pre_mlp_first(x, attn, mlp, norm1, norm2):
 
 PRE_MISTAKES = [
     (
-        "the residual around attention is missing: h = x + attn(norm1(x)), not attn(norm1(x)) "
-        "alone",
+        "the residual around attention is missing: your h is attention's output alone, so the "
+        "block's input x is lost after the first sublayer",
         _pre_no_attn_residual,
     ),
     (
-        "the residual around the MLP is missing: the block returns h + mlp(norm2(h)), not "
-        "mlp(norm2(h)) alone",
+        "the residual around the MLP is missing: your block returns the MLP's output alone, so the "
+        "stream after attention is lost",
         _pre_no_mlp_residual,
     ),
     (
-        "neither sublayer has its residual: each adds its output to the stream, x + f(norm(x))",
+        "neither sublayer has its residual: your block is the two sublayers one after the other, "
+        "and x never reaches the output",
         _pre_no_residuals,
     ),
     (
-        "the norm is applied to the sum, norm(x + f(x)): that is post-norm. In pre-norm each "
-        "sublayer reads a normalised copy and the stream stays raw: x + attn(norm1(x))",
+        "the norm is applied to the sum, norm(x + f(x)): that is post-norm. In pre-norm the stream "
+        "itself is never normalised, only the copy each sublayer reads",
         solution_post_norm_block,
     ),
     (
-        "the stream itself was normalised (x = norm1(x), then x + attn(x)): the residual must add "
-        "to the raw x; only the copy attention reads is normalised: x + attn(norm1(x))",
+        "the stream itself was normalised (x = norm1(x), then x + attn(x)): attention's output is "
+        "added to the normalised copy, so the raw stream never reaches the block's output",
         _pre_stream_normalised,
     ),
     (
-        "the norm is applied to the sublayer's output, x + norm(f(x)); in pre-norm it goes on "
-        "the sublayer's input: x + f(norm(x))",
+        "the norm is applied to the sublayer's output, x + norm(f(x)); in pre-norm the norm acts on "
+        "what the sublayer reads, not on what it returns",
         _norm_on_output,
     ),
     (
-        "norm1 and norm2 are swapped: norm1 comes before attention, norm2 before the MLP",
+        "norm1 and norm2 are swapped: your attention read the MLP's norm, and the MLP attention's",
         _pre_norms_swapped,
     ),
     (
-        "the MLP reads the block's input x; it reads the stream after attention: "
-        "h + mlp(norm2(h)) with h = x + attn(norm1(x)) (feeding both from x is the 'parallel' "
-        "block, a different design)",
+        "the MLP reads the block's input x instead of the stream after attention (feeding both "
+        "sublayers from x is the 'parallel' block, a different design)",
         _pre_mlp_reads_input,
     ),
     (
-        "the MLP's residual adds the block's input x, so attention's contribution is lost: "
-        "return h + mlp(norm2(h)) with h = x + attn(norm1(x))",
+        "the MLP's residual adds the block's input x, not the stream after attention, so "
+        "attention's contribution is lost from the output",
         _pre_mlp_residual_from_input,
     ),
     (
         "the MLP runs before attention; a block runs attention first, then the MLP",
         _pre_mlp_first,
     ),
-    ("no norm is used: each sublayer reads a normalised copy, attn(norm1(x))", _no_norms),
+    (
+        "no norm is used: neither sublayer reads a normalised copy of the stream",
+        _no_norms,
+    ),
 ]
 
 
@@ -199,51 +202,58 @@ def _post_mlp_residual_from_input(x, attn, mlp, norm1, norm2):
 
 POST_MISTAKES = [
     (
-        "the final norm is forgotten: in post-norm every sum is normalised, the last one too: "
-        "return norm2(h + mlp(h))",
+        "the final norm is forgotten: your block returns the last sum itself; in post-norm every "
+        "sum is normalised, the last one too",
         _post_final_norm_forgotten,
     ),
     (
-        "the first sum is not normalised: h = norm1(x + attn(x)) before the MLP reads it",
+        "the first sum is not normalised: the MLP reads x + attn(x) as it is, and so does the last "
+        "residual",
         _post_first_norm_forgotten,
     ),
     (
-        "the residual around attention is missing: h = norm1(x + attn(x)), not norm1(attn(x))",
+        "the residual around attention is missing: your first sum is attention's output alone, "
+        "without x",
         _post_no_attn_residual,
     ),
     (
-        "the residual around the MLP is missing: norm2(h + mlp(h)), not norm2(mlp(h))",
+        "the residual around the MLP is missing: your last norm reads the MLP's output alone, "
+        "without h",
         _post_no_mlp_residual,
     ),
     (
-        "that is pre-norm, x + f(norm(x)); post-norm normalises the sum: h = norm1(x + attn(x))",
+        "that is pre-norm, x + f(norm(x)): your sublayers read normalised copies and your sums are "
+        "left as they are, the other way round from post-norm",
         solution_pre_norm_block,
     ),
     (
-        "the sublayers read a normalised copy as well; in post-norm attn and mlp read the stream "
-        "as it is, attn(x), and only the sums are normalised",
+        "the sublayers read a normalised copy as well; in post-norm attn and mlp read the stream as "
+        "it is, and only the sums are normalised",
         _post_sublayers_read_norms,
     ),
     (
         "the norm is applied to the sublayer's output, x + norm(f(x)); post-norm normalises the "
-        "whole sum: norm(x + f(x))",
+        "whole sum instead",
         _norm_on_output,
     ),
     (
-        "norm1 and norm2 are swapped: norm1 follows attention's sum, norm2 the MLP's",
+        "norm1 and norm2 are swapped: your first sum went through the MLP's norm, and the last one "
+        "through attention's",
         _post_norms_swapped,
     ),
     (
-        "the MLP reads the block's input x; it reads the normalised stream after attention: "
-        "norm2(h + mlp(h)) with h = norm1(x + attn(x))",
+        "the MLP reads the block's input x instead of the normalised stream after attention",
         _post_mlp_reads_input,
     ),
     (
-        "the MLP's residual adds the block's input x, so attention's contribution is lost: "
-        "norm2(h + mlp(h)) with h = norm1(x + attn(x))",
+        "the MLP's residual adds the block's input x, not the normalised stream after attention, so "
+        "attention's contribution is lost",
         _post_mlp_residual_from_input,
     ),
-    ("no norm is used: post-norm normalises each sum, norm1(x + attn(x))", _no_norms),
+    (
+        "no norm is used: neither of the two sums is normalised",
+        _no_norms,
+    ),
 ]
 
 
@@ -377,46 +387,54 @@ def _bw_swapped(x, weight, grad_out, eps):
 
 BACKWARD_MISTAKES = [
     (
-        "grad_x treats the RMS as a constant (grad_out * weight / rms); rms depends on x too: "
-        "subtract x_hat * mean(g * x_hat) from g = grad_out * weight before dividing by rms",
+        "grad_x treats the RMS as a constant: yours has only the direct path through the division "
+        "by rms, but rms depends on x too, and the path through rms is missing",
         _bw_rms_constant,
     ),
     (
-        "the correction uses sum(g * x_hat) over the features; it is their mean, since "
-        "d rms / d x_j = x_j / (d * rms)",
+        "the part of grad_x that goes through rms is d times too large: it sums over the d features "
+        "where the derivative of rms gives an average",
         _bw_sum_not_mean,
     ),
-    ("the correction has the wrong sign: g - x_hat * mean(g * x_hat), then / rms", _bw_sign),
     (
-        "eps is added after the square root; it belongs inside: sqrt(mean(x^2) + eps). The "
-        "near-zero token shows the difference",
+        "the part of grad_x that goes through rms has the wrong sign: yours adds it where it is "
+        "taken away",
+        _bw_sign,
+    ),
+    (
+        "eps is added after the square root; it belongs inside the root, as in the forward pass. "
+        "The near-zero token shows the difference",
         _bw_eps_outside,
     ),
     (
-        "the gain is missing from grad_x: the gradient reaching x_hat is grad_out * weight",
+        "the gain is missing from grad_x: the gradient reaching x_hat passes through the "
+        "multiplication by weight first",
         _bw_no_gain,
     ),
     (
-        "grad_weight has x's shape; one gain serves every token, so sum grad_out * x_hat over "
-        "all leading dimensions, leaving [d]",
+        "grad_weight has x's shape [..., d]; one gain serves every token, so its gradient is [d] "
+        "and collects every token's contribution",
         _bw_weight_not_summed,
     ),
     (
-        "grad_weight is summed over the first dimension only; x may have any leading shape: "
-        "sum over all of them, e.g. (grad_out * x_hat).reshape(-1, d).sum(0)",
+        "grad_weight is summed over the first dimension only; x may have any number of leading "
+        "dimensions, and every one of them holds tokens that use the gain",
         _bw_weight_first_dim,
     ),
     (
-        "grad_weight is summed over the first two dimensions only; x may have any leading shape: "
-        "sum over all of them, e.g. (grad_out * x_hat).reshape(-1, d).sum(0)",
+        "grad_weight is summed over the first two dimensions only; x may have any number of leading "
+        "dimensions, and every one of them holds tokens that use the gain",
         _bw_weight_first_two_dims,
     ),
     (
-        "grad_weight uses x; the gain multiplies x_hat = x / rms, so it is the sum of "
-        "grad_out * x_hat",
+        "grad_weight uses x; the gain multiplies x_hat = x / rms, not x, so each token's part of "
+        "your grad_weight is rms times too large",
         _bw_weight_uses_x,
     ),
-    ("the two gradients are swapped: return (grad_x, grad_weight)", _bw_swapped),
+    (
+        "the two gradients are swapped: yours returns grad_weight first, then grad_x",
+        _bw_swapped,
+    ),
 ]
 
 # Three leading shapes, one per trial (picked by the seed): [B, h, n], [B, n] and [N].

@@ -59,27 +59,31 @@ def _weight_parts_not_transposed(x, w_qkv):
 
 _SPLIT_MISTAKES = [
     (
-        "q and k come out swapped: the fused projection stores queries first, then keys, then "
-        "values (q, k, v = fused.split(d, dim=-1))",
+        "q and k come out swapped: what you return as q are the keys; the fused projection holds "
+        "the queries first, then the keys, then the values",
         _keys_first,
     ),
     (
-        "q and v come out swapped: the layout is Q | K | V, queries first",
+        "q and v come out swapped: what you return as q are the values; the layout is Q | K | V, "
+        "queries first",
         _values_first,
     ),
     (
-        "you read the 3d features as d groups of (q, k, v); the layout is three blocks of d "
-        "features side by side, Q | K | V: split(d, dim=-1)",
+        "you read the 3d features as d groups of (q, k, v), one feature of each in turn, so each of "
+        "your q, k, v mixes features of all three; the layout is three blocks of d features side "
+        "by side, Q | K | V",
         _interleaved,
     ),
     (
-        "you split along the positions (dim 1); q, k and v are three blocks of the last axis, "
-        "the 3d features: split(d, dim=-1)",
+        "you cut along the positions (dim 1), so each of your q, k, v holds a third of the "
+        "positions with all 3d features; q, k and v are three blocks of the last axis, the 3d "
+        "features",
         _split_positions,
     ),
     (
-        "each part of the weight was used as x @ W; nn.Linear stores its weight as [out, in], "
-        "so the projection is x @ W.T (x @ w_qkv.T for all three at once)",
+        "each [d, d] part of the weight multiplied x as it is stored, x @ W: nn.Linear keeps its "
+        "weight as [out, in], which is not the textbook's layout for x W, so the shapes fit but "
+        "every value of q, k and v is wrong",
         _weight_parts_not_transposed,
     ),
 ]
@@ -87,12 +91,13 @@ _SPLIT_MISTAKES = [
 _SPLIT_ERROR_HINTS = [
     (
         "cannot be multiplied",
-        "w_qkv is [3d, d], nn.Linear's [out, in] layout: multiply by its transpose, x @ w_qkv.T",
+        "w_qkv is [3d, d], nn.Linear's [out, in] layout, and x [B, n, d] cannot multiply it as it "
+        "is stored",
     ),
     (
         "not enough values to unpack",
-        "the 3d outputs sit on the last axis: split the fused [B, n, 3d] with split(d, dim=-1), "
-        "or the weight's rows with w_qkv.split(d, dim=0)",
+        "fewer than three pieces came out: the fused [B, n, 3d] holds q, k and v as three blocks of "
+        "d features on its last axis (the weight [3d, d] as three blocks of d rows)",
     ),
 ]
 

@@ -159,62 +159,57 @@ def _left_in_eval_mode(*args):
 
 LOOP_MISTAKES = [
     (
-        "without zero_grad the gradients of every step add up, so each update follows the sum of "
-        "all the batches so far; call optimizer.zero_grad(set_to_none=True) once per step, "
-        "before loss.backward()",
+        "without zero_grad the gradients of every step add up: from the second step on, each of "
+        "your updates follows the sum of all the batches so far, not the current batch",
         _no_zero_grad,
     ),
     (
-        "the weights never moved: optimizer.step() found no gradients, because zero_grad ran "
-        "between loss.backward() and the step; zero the gradients before backward (or after "
-        "the step), never between the two",
+        "the weights never moved: zero_grad ran between loss.backward() and optimizer.step(), so "
+        "the step found no gradients",
         _zero_grad_after_backward,
     ),
     (
-        "every update uses the gradient of the previous batch: optimizer.step() runs before "
-        "loss.backward(); the order is zero_grad, backward, clip, step",
+        "optimizer.step() runs before loss.backward(): every update uses the gradient of the "
+        "previous batch, and the first step has none",
         _step_before_backward,
     ),
     (
-        "the gradient is not clipped before the update: clip_grad_norm_ is missing, or comes "
-        "after optimizer.step(), when the update is already made (and the next zero_grad throws "
-        "the clipped gradients away); clip between loss.backward() and optimizer.step()",
+        "the gradient is not clipped before the update: clip_grad_norm_ is missing, or comes after "
+        "optimizer.step(), when the update is already made (and the next zero_grad throws the "
+        "clipped gradients away)",
         _no_clip,
     ),
     (
-        "each parameter's gradient was clipped on its own; clipping uses the one global norm of "
-        "all gradients together: clip_grad_norm_(model.parameters(), clip) in one call",
+        "each parameter's gradient was clipped on its own, each to the norm clip; clipping uses the "
+        "one global norm of all the gradients together",
         _clip_each_parameter,
     ),
     (
-        "the learning rate never changes: set group['lr'] = learning_rate(step, max_lr, warmup, "
-        "steps, 'cosine') on every group of optimizer.param_groups at the start of each step",
+        "the learning rate never changes: every step used the optimizer's initial rate, with no "
+        "warmup and no cosine",
         _lr_never_set,
     ),
     (
         "after the warmup the learning rate stays at max_lr; train() here lets it fall along a "
-        "cosine: learning_rate(step, max_lr, warmup, steps, 'cosine')",
+        "cosine until the last step",
         _lr_without_cosine,
     ),
     (
-        "every step trained on the same batch: the generator is seeded again inside the loop; "
-        "make g = torch.Generator().manual_seed(seed) once, before the loop",
+        "every step trained on the same batch: the generator is seeded again inside the loop",
         _generator_every_step,
     ),
     (
-        "the batches come from torch's global random stream (sample_batch without a generator), "
-        "not from train()'s generator; pass g = torch.Generator().manual_seed(seed) to "
-        "sample_batch",
+        "the batches come from torch's global random stream (sample_batch without a generator), not "
+        "from one generator seeded with seed, so they are not train()'s batches",
         _global_generator,
     ),
     (
-        "the labels were shifted twice: model(idx, labels) already compares position t with "
-        "labels[t + 1]; pass the two windows from sample_batch unchanged",
+        "the labels were shifted twice: model(idx, labels) already pairs position t with labels[t + "
+        "1], and your loop shifted them once more",
         _labels_shifted_twice,
     ),
     (
-        "dropout stayed off: the model arrived in eval mode and was trained in it; call "
-        "model.train() before the loop, as train() does",
+        "dropout stayed off: the model arrived in eval mode and your loop trained it in that mode",
         _left_in_eval_mode,
     ),
 ]
@@ -427,34 +422,32 @@ def _same_window_every_batch(*args):
 
 ESTIMATE_MISTAKES = [
     (
-        "dropout was on while measuring, so the loss changes from call to call; switch to "
-        "model.eval() before the forward passes",
+        "dropout was on while measuring: the model stayed in train mode, so your loss changes from "
+        "call to call",
         _dropout_on,
     ),
     (
-        "the model came in training and went back in eval mode, so the training that follows "
-        "runs without dropout; remember was_training = model.training and end with "
-        "model.train(was_training)",
+        "the model came in training and went back in eval mode, so the training that follows runs "
+        "without dropout: its mode was not given back",
         _mode_not_restored,
     ),
     (
-        "a model that came in eval mode went back in train mode; restore the mode it came in "
-        "(model.train(was_training)), not always model.train()",
+        "a model that came in eval mode went back in train mode: yours always ends in train mode, "
+        "not in the mode it came in",
         _always_back_to_train,
     ),
     (
-        "the forward passes built a graph for backward that nobody calls, which costs memory "
-        "and time; run them under torch.no_grad()",
+        "the forward passes built a graph for a backward that nobody calls, which costs memory and "
+        "time",
         _graph_built,
     ),
     (
-        "the windows come from torch's global random stream, so each call measures other "
-        "windows; draw them with g = torch.Generator().manual_seed(seed)",
+        "the windows come from torch's global random stream, so each call measures other windows, "
+        "not the ones a generator seeded with seed gives",
         _windows_from_global_stream,
     ),
     (
-        "every batch is the same set of windows: the generator is seeded again inside the loop; "
-        "make it once, before the loop",
+        "every batch is the same set of windows: the generator is seeded again inside the loop",
         _same_window_every_batch,
     ),
 ]

@@ -1,0 +1,390 @@
+"""Hints that come one step at a time: `hint(check_x)`.
+
+Each call for the same check shows the next step:
+
+1. what to think about: the idea, no code;
+2. the shapes and the steps: each tensor's shape along the way and the order of the operations,
+   still no code;
+3. the reference solution, exactly what `show_solution(check_x)` prints.
+
+A fourth call says there are no more hints. `hint(check_x, step=N)` shows step N (and the next
+plain call continues from there), so `hint(check_x, step=1)` starts again. Each check keeps its
+own count.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Callable
+from typing import NamedTuple
+
+from gptlib.exercises.checking import show_solution
+
+__all__ = ["hint"]
+
+
+class Hint(NamedTuple):
+    think: str  # step 1: what to think about
+    steps: str  # step 2: the shapes and the steps; one line per step
+
+
+TITLES = ("what to think about", "the shapes and the steps", "the solution")
+LAST = len(TITLES)
+WIDTH = 96
+
+# One entry per check of the course, keyed by the check's name.
+HINTS: dict[str, Hint] = {
+    # --- notebook 00 ----------------------------------------------------------------------------
+    "check_encode_stream": Hint(
+        "The stream is every name with a marker on both sides: the model learns how a name "
+        "starts from the token after BOS, and where it ends from predicting BOS. So BOS comes "
+        "before each document and once more at the very end: N documents need N + 1 BOS ids. "
+        "Which id is BOS? Ask the tokenizer; do not guess it.",
+        "1. A plain Python list of ids that holds the BOS id alone.\n"
+        "2. For each document, in order: its ids (the tokenizer encodes a string to a list of "
+        "ints, one per character) added to the list, then one BOS id.\n"
+        "3. The list turned into one 1-D tensor of dtype torch.long. N documents of total "
+        "length L give L + N + 1 ids, BOS first and BOS last.",
+    ),
+    # --- notebook 01 ----------------------------------------------------------------------------
+    "check_embed": Hint(
+        "A token's vector is the sum of two rows: one of the token table, chosen by what the "
+        "token is, and one of the position table, chosen by where it stands in the window. "
+        "Positions count places 0, 1, ..., n-1, whatever the tokens are.",
+        "1. ids [B, n] pick rows of wte [V, d]: token vectors [B, n, d].\n"
+        "2. The places 0..n-1 pick the first n rows of wpe [T, d]: [n, d].\n"
+        "3. Add the two: [B, n, d] + [n, d] broadcasts over the batch to [B, n, d]. Added, not "
+        "concatenated: the width stays d.",
+    ),
+    # --- notebook 02 ----------------------------------------------------------------------------
+    "check_qkv_split": Hint(
+        "nn.Linear stores its weight as [out, in], so a layer applied to x multiplies x by the "
+        "transposed weight. The fused weight is three [d, d] weights stacked row-wise (queries, "
+        "then keys, then values): one product gives all three side by side, and all that is left "
+        "is to cut them apart, in that order.",
+        "1. x [B, n, d] times the fused weight transposed, [d, 3d]: [B, n, 3d], the features "
+        "laid out Q | K | V.\n"
+        "2. The last axis cut into three consecutive blocks of d features: q, k, v, each "
+        "[B, n, d].\n"
+        "(The same thing the other way round: cut the weight's rows into three [d, d] parts, and "
+        "project x with each part transposed.)",
+    ),
+    # --- notebook 03 ----------------------------------------------------------------------------
+    "check_causal_attention": Hint(
+        "It is the 2-D attend of the notebook, with B and h riding along in front: every "
+        "product and every transpose acts on the last two axes only. The scale is one head's "
+        "width d_h, the last axis of q. The mask hides key j from query i when j > i, and it goes "
+        "on the scores before the softmax, which runs over the keys.",
+        "1. q [B, h, n, d_h] times k with its last two axes swapped, [B, h, d_h, n]: scores "
+        "[B, h, n, n], rows are queries, columns are keys; divided by the square root of d_h.\n"
+        "2. An [n, n] boolean mask, True strictly above the diagonal; the scores there set to "
+        "-inf (the mask broadcasts over B and h).\n"
+        "3. Softmax along the last axis: weights [B, h, n, n], each row summing to 1.\n"
+        "4. The weights times v [B, h, n, d_h]: the output [B, h, n, d_h].",
+    ),
+    # --- notebook 04 ----------------------------------------------------------------------------
+    "check_split_heads": Hint(
+        "Head i owns a contiguous slice of each position's features. Cut each position's d "
+        "features into h groups first, keeping the positions apart, and only then move the head "
+        "axis in front of the positions. Going to [B, h, n, d_h] in one reshape gives the right "
+        "shape with scrambled contents.",
+        "1. x [B, n, d] viewed as [B, n, h, d_h], with d_h = d / h.\n"
+        "2. Axes 1 (positions) and 2 (heads) swapped: [B, h, n, d_h].",
+    ),
+    "check_merge_heads": Hint(
+        "The inverse of split_heads, so its steps in reverse order: first the head axis goes "
+        "back behind the positions, then the last two axes are glued into one. After axes are "
+        "swapped the memory is no longer in that order, so the gluing has to be allowed to copy.",
+        "1. y [B, h, n, d_h] with axes 1 and 2 swapped: [B, n, h, d_h].\n"
+        "2. The last two axes merged (a reshape, which may copy; a view refuses here): "
+        "[B, n, h * d_h] = [B, n, d].",
+    ),
+    # --- notebook 05 ----------------------------------------------------------------------------
+    "check_pre_norm_block": Hint(
+        "Two residual sublayers, attention first, then the MLP. In pre-norm a sublayer reads a "
+        "normalised copy of the stream and adds what it returns to the stream itself; the stream "
+        "is never replaced by a normalised version. norm1 belongs to attention, norm2 to the MLP, "
+        "and the MLP reads the stream after attention's addition.",
+        "1. x [B, n, d] normalised with norm1; attention on that; its output added to the raw "
+        "x: h [B, n, d].\n"
+        "2. h normalised with norm2; the MLP on that; its output added to h: the block's output "
+        "[B, n, d].\n"
+        "Every tensor stays [B, n, d]: two additions, and no norm on the output.",
+    ),
+    "check_post_norm_block": Hint(
+        "The same two sublayers and the same two residual additions as pre-norm, but the norms "
+        "move: each sublayer reads the stream as it is, and it is the sum (the stream plus the "
+        "sublayer's output) that gets normalised. The block's output is itself a norm's output.",
+        "1. Attention on the raw x [B, n, d]; its output added to x; the sum normalised with "
+        "norm1: h [B, n, d].\n"
+        "2. The MLP on h; its output added to h; the sum normalised with norm2: the block's "
+        "output [B, n, d].",
+    ),
+    "check_rmsnorm_backward": Hint(
+        "y is the gain times x_hat, with x_hat = x / r, and r is computed from every feature of "
+        "the token. So the gradient reaching x has two parts: the direct one, through the "
+        "division by r, and one through r itself, which every feature shares. The gain's "
+        "gradient is the easier one: one gain serves every token, so it collects the "
+        "contributions of all the tokens.",
+        "1. r: one number per token, [..., 1], with eps inside the root; x_hat = x / r, "
+        "[..., d].\n"
+        "2. grad_weight: grad_out times x_hat elementwise, [..., d], summed over every leading "
+        "axis, whatever their number: [d].\n"
+        "3. The gradient at x_hat: grad_out times the gain, [..., d]. Call it g.\n"
+        "4. Write the derivative of r with respect to one feature x_j and apply the chain rule. "
+        "The part through r is a multiple of x_hat, and its size for each token is an average "
+        "over the d features (one number per token, [..., 1]). Remove it from g, and divide "
+        "by r: grad_x [..., d].\n"
+        "5. Return the pair (grad_x, grad_weight).",
+    ),
+    # --- notebook 06 ----------------------------------------------------------------------------
+    "check_mlp": Hint(
+        "Two linear layers with the nonlinearity between them, each position on its own: widen "
+        "to 4d, activate, come back to d. The weights are stored [out, in], so each layer "
+        "multiplies by a transposed weight. Use the activation you are handed: the check passes "
+        "ReLU and GELU.",
+        "1. x [B, n, d] times w_fc transposed, [d, 4d]: hidden [B, n, 4d].\n"
+        "2. The activation on the hidden tensor: still [B, n, 4d].\n"
+        "3. That times w_proj transposed, [4d, d]: [B, n, d]. Nothing comes after the second "
+        "layer.",
+    ),
+    # --- notebook 07 ----------------------------------------------------------------------------
+    "check_temperature_probs": Hint(
+        "The temperature divides the logits before the softmax: below 1 it spreads them apart "
+        "(sharper), above 1 it squeezes them together (flatter). As T shrinks towards 0 all the "
+        "mass goes to the largest logit, so T = 0 is a case of its own (greedy), not a division "
+        "by zero.",
+        "T = 0: the index of each row's largest logit, [B], made into a one-hot row over the V "
+        "tokens, [B, V], in the logits' float dtype.\n"
+        "Otherwise: logits [B, V] divided by T, then the softmax over the last axis (the V "
+        "tokens): [B, V], each row summing to 1.",
+    ),
+    # --- notebook 08 ----------------------------------------------------------------------------
+    "check_log_softmax": Hint(
+        "The log-softmax of a logit is the logit minus the log of the sum of the exponentials "
+        "of its row. That log-sum-exp is the trouble: exp overflows for large logits and "
+        "underflows for very negative ones. Shifting a whole row by one constant changes "
+        "nothing; pick the constant that makes the largest exponential exactly 1. Never take the "
+        "log of a probability computed first.",
+        "1. m: each row's maximum, [..., 1] (keep the axis, so that it broadcasts).\n"
+        "2. The logits minus m: [..., V], every entry at most 0, the largest exactly 0.\n"
+        "3. Their exponentials summed over the last axis, then the log: [..., 1], a number "
+        "between 0 and log V.\n"
+        "4. The logits with both m and that log taken away: [..., V].",
+    ),
+    "check_lm_loss": Hint(
+        "labels is the same window as the input ids, so what position t must predict is the "
+        "label at t + 1: the shift is yours to make, and the last position has nothing to "
+        "predict. A label of -100 leaves the loss entirely: neither its term nor its count "
+        "enters the mean.",
+        "1. logits without the last position: [B, n-1, V]; labels without the first one: "
+        "[B, n-1].\n"
+        "2. Batch and positions folded into rows: [B(n-1), V] and [B(n-1)].\n"
+        "3. The cross-entropy of those rows, with the -100 labels left out (F.cross_entropy has "
+        "an argument for that): a scalar, the mean over the labels that count.",
+    ),
+    # --- notebook 09 ----------------------------------------------------------------------------
+    "check_train_loop": Hint(
+        "train() does the same few things every step, in a fixed order, and all its randomness "
+        "for batches comes from one generator made once. Ask yourself: what sets this step's "
+        "learning rate, and where does the optimizer read it? Why must old gradients be cleared "
+        "every step, and where? Why does clipping sit between computing the gradients and using "
+        "them? And in which mode must the model be for dropout to act?",
+        "Before the loop: one generator seeded with seed; the model in train mode; an empty "
+        "list of losses.\n"
+        "Each step:\n"
+        "1. The warmup + cosine learning rate of this step, written into every parameter group.\n"
+        "2. A batch idx, labels, both [batch_size, T] with T = block_size, drawn with that "
+        "generator.\n"
+        "3. The forward pass with the labels: logits [B, T, V] and a scalar loss (the one-token "
+        "shift is inside the model).\n"
+        "4. The old gradients cleared; 5. backward; 6. the global norm of all the gradients "
+        "clipped to clip; 7. the optimizer's step.\n"
+        "8. The loss recorded as a float.\n"
+        "Return the list of the steps losses.",
+    ),
+    # --- notebook 10 ----------------------------------------------------------------------------
+    "check_validation_loss": Hint(
+        "A measurement, not a training step: dropout off, no graph built, the same windows on "
+        "every call, and the model handed back in the mode it arrived in, train or eval. Each of "
+        "those is one line of code.",
+        "1. The model's current mode remembered; then eval mode.\n"
+        "2. One generator seeded with seed, made once, before the loop.\n"
+        "3. With gradients disabled, n_batches times: a batch idx, labels [batch_size, T] drawn "
+        "with the generator; the forward pass with the labels gives a scalar loss; add it up as "
+        "a float.\n"
+        "4. The model put back in the mode you remembered.\n"
+        "5. Return the sum divided by n_batches.",
+    ),
+    # --- notebook 11 ----------------------------------------------------------------------------
+    "check_filter_logits": Hint(
+        "Two filters, top-k first. Top-k compares each logit with the k-th largest of its row, "
+        "so every logit tied with it survives. Top-p works on the distribution top-k left: walk "
+        "down the ranked probabilities; a token is in the nucleus while the mass ranked above it "
+        "is still below p (so the token that crosses p is in), and a token as likely as the last "
+        "one kept is kept too. Removed tokens become -inf, not 0, and the function returns "
+        "logits, not probabilities.",
+        "logits [B, V].\n"
+        "Top-k (given, and k < V): the k-th largest value of each row, [B, 1]; the logits below "
+        "it set to -inf.\n"
+        "Top-p (given, and p < 1): the softmax of the logits as they are now, [B, V]; each row "
+        "sorted from the largest down, [B, V]; its running sum minus the value itself, the mass "
+        "ranked above each token, [B, V]; the number of tokens whose mass above is below p, "
+        "[B, 1]; the probability of the last of those, [B, 1]; the logits of the tokens less "
+        "likely than that set to -inf.\n"
+        "Return [B, V].",
+    ),
+    "check_sample_step": Hint(
+        "One step of the generation loop. The model sees at most block_size tokens, the last "
+        "ones; only the last position's logits predict the next token. Temperature 0 is greedy, "
+        "with no division. Otherwise the order is temperature, filter, softmax, then one draw "
+        "with the generator you are handed, so that equal seeds give equal tokens.",
+        "1. idx [B, n] cut to its last block_size columns: [B, n'].\n"
+        "2. The model on that, without a graph: logits [B, n', V]; the last position: [B, V].\n"
+        "3. Temperature 0: the index of each row's largest logit, keeping a column: [B, 1].\n"
+        "4. Otherwise: the logits divided by the temperature; top-k and top-p applied (your "
+        "filter_logits): [B, V] with -inf; the softmax: probabilities [B, V]; one multinomial "
+        "draw per row with the generator: [B, 1].",
+    ),
+    # --- notebook 12 ----------------------------------------------------------------------------
+    "check_decode_step": Hint(
+        "The new token sits at position past, the number of positions the cache holds "
+        "(cache.length); read it before anything moves the cache. Each layer computes q, k and v for this one position only; the cache supplies "
+        "the keys and values of every earlier position once you hand it the new ones. A single "
+        "query whose keys all lie in its past needs no mask. The cache moves on by one once, "
+        "after every layer has written. The textbook preset is post-norm.",
+        "1. past: the cache's length. The token embedding of idx_new, [B, 1, d], plus row past of the "
+        "position table, [d]: x [B, 1, d].\n"
+        "2. For each layer i and its block: the attention's qkv projection of x, [B, 1, 3d], cut "
+        "into q, k, v [B, 1, d], each split into heads [B, h, 1, d_h]; the cache updated at "
+        "layer i with k and v, which returns every key and value so far, [B, h, past + 1, d_h]; "
+        "scores of q against those keys divided by the square root of d_h, [B, h, 1, past + 1]; "
+        "softmax over the keys; times the values, [B, h, 1, d_h]; the heads side by side "
+        "again, [B, 1, d]; the attention's output projection. Then the post-norm residuals: x "
+        "plus that, normalised with the block's first norm; x plus the MLP of x, normalised "
+        "with its second norm.\n"
+        "3. After the last block: the cache advanced by one; the final norm, then the head: "
+        "[B, 1, V].",
+    ),
+    # --- notebook 13 ----------------------------------------------------------------------------
+    "check_gpt_embed": Hint(
+        "Row idx[b, i] of the token table plus row i of the position table: positions count "
+        "places in the window, 0..n-1, whatever the tokens are. The two are added, not "
+        "concatenated.",
+        "1. idx [B, n] picks rows of tok_emb [V, d]: [B, n, d].\n"
+        "2. The first n rows of pos_emb [T, d]: [n, d].\n"
+        "3. Their sum broadcasts over the batch: [B, n, d].",
+    ),
+    "check_gpt_rmsnorm": Hint(
+        "Each token on its own: the root mean square of its d features, with eps inside the "
+        "root; the token divided by it, then multiplied by the gain, one number per feature. "
+        "No mean is subtracted (that would be LayerNorm).",
+        "1. x [B, n, d] squared, averaged over the last axis, keeping it: [B, n, 1].\n"
+        "2. eps added, then the square root: [B, n, 1].\n"
+        "3. x divided by that: [B, n, d]; times the gain [d]: [B, n, d].",
+    ),
+    "check_gpt_attention": Hint(
+        "Notebooks 02 to 04 in one function: the fused projection cut into q, k, v; each cut "
+        "into heads; scaled scores with the causal mask; softmax over the keys; the heads put "
+        "side by side again; the output projection. Every weight is [out, in], so it is used "
+        "transposed. Return the softmax weights as well as the output.",
+        "1. x [B, n, d] times w_qkv transposed: [B, n, 3d], cut into q, k, v [B, n, d] in that "
+        "order.\n"
+        "2. Each viewed as [B, n, h, d_h], then axes 1 and 2 swapped: [B, h, n, d_h].\n"
+        "3. q times k with its last two axes swapped, divided by the square root of d_h: scores "
+        "[B, h, n, n].\n"
+        "4. The scores above the diagonal (key j > query i) set to -inf; softmax over the last "
+        "axis: weights [B, h, n, n].\n"
+        "5. The weights times v: [B, h, n, d_h]; axes 1 and 2 swapped back and the last two "
+        "merged: [B, n, d].\n"
+        "6. That times w_proj transposed: [B, n, d]. Return (output, weights).",
+    ),
+    "check_gpt_mlp": Hint(
+        "Each position on its own: d -> 4d, ReLU, 4d -> d, with no biases. The weights are "
+        "[out, in], so each layer multiplies by a transposed weight.",
+        "1. x [B, n, d] times w_fc transposed: [B, n, 4d].\n"
+        "2. ReLU: [B, n, 4d].\n"
+        "3. That times w_proj transposed: [B, n, d].",
+    ),
+    "check_gpt_block": Hint(
+        "Pre-norm, as in notebook 05: each sublayer reads a normalised copy of x, with its own "
+        "gain (ln1 for attention, ln2 for the MLP), and its output is added to x. Your attention "
+        "returns two things; the block needs only the first. Call your own rmsnorm, attention "
+        "and mlp.",
+        "1. x [B, n, d] normalised with the gain ln1; attention on it with qkv and attn_proj; "
+        "its output [B, n, d] added to x.\n"
+        "2. The new x normalised with the gain ln2; the MLP on it with fc and mlp_proj; its "
+        "output [B, n, d] added to x.\n"
+        "3. Return x, [B, n, d].",
+    ),
+    "check_gpt_forward": Hint(
+        "Embeddings, then every block in order, then the final norm, then the output head. The "
+        "result is logits, not probabilities. The checker watches what your embed, rmsnorm, "
+        "attention, mlp and block return, so call them under those names.",
+        "1. idx [B, n] with tok_emb and pos_emb: x [B, n, d].\n"
+        "2. For each block's dict in the list of blocks, in order: x through your block, "
+        "[B, n, d].\n"
+        "3. x normalised with the gain ln_f: [B, n, d].\n"
+        "4. That times lm_head transposed ([d, V]): logits [B, n, V].",
+    ),
+    # --- notebook 14 ----------------------------------------------------------------------------
+    "check_merge": Hint(
+        "Walk the list from the left with an index you move yourself. At a match, write new_id "
+        "and move past both ids of the pair; anywhere else, copy the id and move on by one. "
+        "Because a match uses up both of its ids, overlapping pairs in a run such as 1 1 1 are "
+        "settled from the left.",
+        "ids: a list of n ints; the result: a new list.\n"
+        "1. Start at position 0.\n"
+        "2. While the position is inside the list: if a next id exists and the two ids there "
+        "equal the pair, write new_id and move forward by two; otherwise write the id and move "
+        "forward by one.\n"
+        "3. Return the new list: n minus the number of merges ints.",
+    ),
+}
+
+_shown: dict[str, int] = {}  # check name -> the last step shown
+
+
+def _check_name(check: Callable) -> str:
+    name = getattr(check, "__name__", None)
+    if getattr(check, "solution", None) is None or name not in HINTS:
+        raise TypeError(
+            f"hint expects an exercise check such as check_causal_attention, got "
+            f"{getattr(check, '__name__', check)!r}; pass the check_* function you called"
+        )
+    return name
+
+
+def _print_wrapped(text: str) -> None:
+    """Print `text` wrapped to WIDTH columns, never breaking a shape such as [B, h, n, d_h]."""
+    for line in text.splitlines():
+        kept = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), line)
+        indent = "   " if line[:1].isdigit() else ""
+        print(textwrap.fill(kept, WIDTH, subsequent_indent=indent).replace("\0", " "))
+
+
+def hint(check: Callable, step: int | None = None) -> None:
+    """Print the next hint for an exercise: `hint(check_causal_attention)`. The first call says
+    what to think about, the second gives the shapes and the steps, the third prints the
+    reference solution. `hint(check, step=N)` shows step N (1 to 3) and continues from there."""
+    name = _check_name(check)
+    if step is None:
+        step = _shown.get(name, 0) + 1
+        if step > LAST:
+            print(
+                f"No more hints for {name}: you have seen all {LAST}. "
+                f"hint({name}, step=1) shows them again from the first."
+            )
+            return
+    elif not isinstance(step, int) or not 1 <= step <= LAST:
+        raise ValueError(f"step is 1, 2 or 3, got {step!r}")
+    _shown[name] = step
+    print(f"Hint {step} of {LAST} for {name}: {TITLES[step - 1]}")
+    if step == 1:
+        _print_wrapped(HINTS[name].think)
+    elif step == 2:
+        _print_wrapped(HINTS[name].steps)
+    else:
+        print(f"This is the reference solution; show_solution({name}) prints the same.")
+        show_solution(check)

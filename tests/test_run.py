@@ -45,6 +45,12 @@ def _refused(argv, capsys, message):
     return captured.err
 
 
+def _resume(path, *extra):
+    """Continue the run saved in `path`, on the CPU, quietly."""
+    args = ["--no-progress", "--samples", "0", "--device", "cpu", *extra]
+    return main(["train", "--resume", str(path), *args])
+
+
 def _max_weight_difference(a, b) -> float:
     wa, wb = load_checkpoint(a).model.state_dict(), load_checkpoint(b).model.state_dict()
     return max((wa[k] - wb[k]).abs().max().item() for k in wa)
@@ -105,23 +111,7 @@ def test_an_existing_out_is_refused_unless_asked(tmp_path, capsys):
     )
     assert load_checkpoint(out).step == 1
     # resuming in place needs no flag; with --resume and no --out, the run continues in place
-    assert (
-        main(
-            [
-                "train",
-                "--resume",
-                str(out),
-                "--steps",
-                "3",
-                "--no-progress",
-                "--samples",
-                "0",
-                "--device",
-                "cpu",
-            ]
-        )
-        == 0
-    )
+    assert _resume(out, "--steps", "3") == 0
     assert load_checkpoint(out).step == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "notes.txt"]  # no lock left
 
@@ -275,10 +265,7 @@ def test_ctrl_c_then_resume_equals_the_run_that_never_stopped(
     assert f"continue with: python -m gptlib train --resume {part}" in text.out
     assert "samples" not in text.out.split("saved")[1]
     assert load_checkpoint(part).step == stopped_at
-    assert (
-        main(["train", "--resume", str(part), "--no-progress", "--samples", "0", "--device", "cpu"])
-        == 0
-    )
+    assert _resume(part) == 0
     ca, cb = load_checkpoint(whole), load_checkpoint(part)
     assert cb.step == STEPS and ca.history.step == cb.history.step
     assert ca.history.loss == cb.history.loss and ca.history.val_loss == cb.history.val_loss
@@ -339,10 +326,7 @@ def test_a_real_ctrl_c_in_a_terminal_then_resume(tmp_path):
     assert 1 <= step <= 300
     if step < 300:
         assert f"interrupted at step {step} of 300" in out
-        assert (
-            main(["train", "--resume", part, "--no-progress", "--samples", "0", "--device", "cpu"])
-            == 0
-        )
+        assert _resume(part) == 0
     assert _max_weight_difference(whole, part) <= 1e-6
 
 
@@ -401,23 +385,7 @@ def test_resume_from_another_folder(tmp_path, capsys, monkeypatch):
     )
     assert load_checkpoint(out).training["settings"]["data"] == str(data)  # stored absolute
     monkeypatch.chdir(tmp_path)
-    assert (
-        main(
-            [
-                "train",
-                "--resume",
-                str(out),
-                "--steps",
-                "3",
-                "--no-progress",
-                "--samples",
-                "0",
-                "--device",
-                "cpu",
-            ]
-        )
-        == 0
-    )
+    assert _resume(out, "--steps", "3") == 0
     capsys.readouterr()
     # A checkpoint that stored a relative path says where the path came from.
     ck = torch.load(out, weights_only=True)

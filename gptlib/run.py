@@ -173,13 +173,23 @@ def _remove(path: str) -> None:
 # -- Ctrl-C ---------------------------------------------------------------------------------------
 
 
+def _can_handle_sigint() -> bool:
+    """Signal handlers can be set in the main thread only; and a process started with SIGINT
+    ignored (`nohup`, a background job of a script) keeps ignoring it, as it asked."""
+    return (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    )
+
+
 class StopAtStepBoundary:
     """While active, Ctrl-C asks the run to stop instead of raising KeyboardInterrupt mid-step.
 
     `requested()` is what `train(should_stop=...)` polls after every step: True once Ctrl-C was
     pressed (under torchrun, once any rank's was: every rank must stop after the same step, or
     the others would wait for it forever). `presses` counts them: a second one also skips the
-    final evaluation. Outside the main thread (no signal handlers there) it is inert.
+    final evaluation. Outside the main thread (no signal handlers there), or where SIGINT is
+    ignored, it is inert.
     """
 
     def __init__(self, say: Callable[[str], None] = print) -> None:
@@ -206,7 +216,7 @@ class StopAtStepBoundary:
         return bool(flag.item())
 
     def __enter__(self) -> StopAtStepBoundary:
-        if threading.current_thread() is threading.main_thread():
+        if _can_handle_sigint():
             self._previous = signal.signal(signal.SIGINT, self._on_sigint)
         return self
 
@@ -220,7 +230,7 @@ class StopAtStepBoundary:
 def saving_uninterrupted(say: Callable[[str], None] = print) -> Iterator[None]:
     """Ctrl-C while the checkpoint is written is noted and ignored: saving takes a moment and a
     checkpoint half-saved is worth nothing (the write is atomic anyway)."""
-    if threading.current_thread() is not threading.main_thread():
+    if not _can_handle_sigint():
         yield
         return
     previous = signal.signal(signal.SIGINT, lambda s, f: say("\nCtrl-C: saving, one moment"))

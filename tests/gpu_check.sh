@@ -39,7 +39,9 @@ part "train on cuda, 200 steps" 90 $PY -m gptlib $T --steps 200 --device $DEV --
 ctrl_c_then_resume() {
     # Ctrl-C 1.5 s into training, then --resume to the same total: the weights must equal the
     # run that never stopped (CUDA's backward adds in a varying order: equal to about 1e-6).
-    $PY -m gptlib $T --steps 200 --device $DEV --out "$OUTDIR/part.pt" >"$OUTDIR/part.log" 2>&1 &
+    # A background job of a script starts with SIGINT ignored; give it Ctrl-C as in a terminal.
+    $PY -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+        $PY -m gptlib $T --steps 200 --device $DEV --out "$OUTDIR/part.pt" >"$OUTDIR/part.log" 2>&1 &
     local pid=$!
     until grep -q "^training: Ctrl-C" "$OUTDIR/part.log" 2>/dev/null; do sleep 0.2; done
     sleep 1.5

@@ -25,6 +25,19 @@ RUN = [*QUICK, "--dropout", "0.1", "--steps", "8", "--eval-every", "3", "--warmu
 STEPS = 8
 TRAIN = importlib.import_module("gptlib.train")  # `gptlib.train` is also the function
 
+
+@pytest.fixture(autouse=True)
+def ctrl_c_as_in_a_terminal():
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal, even where this test process was
+    started with SIGINT ignored (a background job of a script does that)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 needs_main_thread = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(),
     reason="signal handlers can only be set in the main thread",
@@ -144,6 +157,8 @@ def _cli(*args, **kw):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "gptlib", *args],
+        # Ctrl-C as in a terminal, even if this process was started with SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         cwd=kw.get("cwd", ROOT),
         env=env,
         stdout=subprocess.PIPE,
@@ -468,3 +483,16 @@ def test_the_readme_command_sequence_overwrites_nothing():
         if out in written and not (args.resume == out or args.overwrite):
             raise AssertionError(f"{cmd!r} would replace {out} written by {written[out]!r}")
         written[out] = cmd
+
+
+@needs_main_thread
+def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup
+    try:
+        with gptlib.run.StopAtStepBoundary() as stop:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert stop.presses == 0 and not stop.requested()
+    finally:
+        signal.signal(signal.SIGINT, previous)

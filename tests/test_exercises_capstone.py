@@ -74,12 +74,20 @@ def test_transposed_qkv_weight_error_gets_the_layout_hint():
 
     msg = capstone.check_gpt_attention(attention).message
     assert msg.startswith("✗ attention: your function raised RuntimeError")
-    assert "[out, in], so a layer computes x @ W.T" in msg
+    assert msg.endswith("Hint: " + capstone.TRANSPOSE_HINT)
+    assert capstone.TRANSPOSE_HINT == (
+        "every matrix is stored as nn.Linear keeps it, [out, in] (w_qkv is [3d, d], w_fc [4d, d]): "
+        "multiplied as it is stored, a matrix lines x's features up with its out axis, not its in "
+        "axis"
+    )
 
 
 def test_whole_position_table_error_gets_its_hint():
     msg = capstone.check_gpt_embed(lambda idx, tok, pos: tok[idx] + pos).message
-    assert "pos_emb[:n]" in msg
+    assert msg.endswith(
+        "Hint: pos_emb has T rows, one per place a window can have, and this window holds n "
+        "tokens: the whole table puts T position rows against n token rows"
+    )
 
 
 def test_attention_returning_only_the_output():
@@ -181,6 +189,33 @@ def test_heads_messages_do_not_write_the_fix():
     ):
         hint = _piece_hint("attention", wrong)
         assert "transpose(1, 2)" not in hint and "reshape(B" not in hint and "view(" not in hint
+
+
+# Code a slip message must not hold: each names what is wrong and what it does, not the fix.
+FIXES = (
+    "pos_emb[:n]",
+    "arange(n)",
+    "+ eps)",
+    "mean(dim=-1",
+    "softmax(dim=-1)",
+    "triu(",
+    "float('-inf')",
+    "@ W.T",
+    ".T",
+    "torch.relu",
+    "x + attention(",
+    "x + mlp(",
+    "f(norm(x))",
+    "block(x, bw",
+)
+
+
+@pytest.mark.parametrize("piece", list(capstone.MISTAKES))
+def test_slip_messages_do_not_write_the_fix(piece):
+    hints = [h for h, _ in capstone.MISTAKES[piece]]
+    hints += [h for _, h in capstone.EMBED_ERRORS + capstone.MATMUL_ERRORS]
+    for hint in hints:
+        assert not [fix for fix in FIXES if fix in hint], hint
 
 
 def test_positions_off_by_one_are_named():
@@ -370,15 +405,15 @@ def slip_positions(idx, tok_emb, pos_emb):
 
 
 PLANTED = [
-    ("attention", slip_no_scale, "block 0 · attention weights", "not scaled: divide q @ k^T"),
+    ("attention", slip_no_scale, "block 0 · attention weights", "not scaled: each is sqrt(d_h)"),
     ("attention", slip_no_mask, "block 0 · attention weights", "there is no causal mask"),
-    ("attention", slip_softmax_axis, "block 0 · attention weights", "softmax(dim=-1)"),
-    ("attention", slip_transposed_proj, "block 0 · attention output", "projection is transposed"),
-    ("rmsnorm", slip_norm_axis, "block 0 · norm 1", "the norm's axis is wrong"),
-    ("rmsnorm", slip_layernorm, "block 0 · norm 1", "the mean was subtracted (that is LayerNorm)"),
+    ("attention", slip_softmax_axis, "block 0 · attention weights", "runs over dim=-2"),
+    ("attention", slip_transposed_proj, "block 0 · attention output", "w_proj as it is stored"),
+    ("rmsnorm", slip_norm_axis, "block 0 · norm 1", "runs over the tokens (dim=-2)"),
+    ("rmsnorm", slip_layernorm, "block 0 · norm 1", "mean was subtracted before the division"),
     ("block", slip_missing_residual, "block 0 · x + attention", "residual around attention is"),
     ("block", slip_mlp_residual, "block 0 · x + mlp (block output)", "residual around the MLP"),
-    ("embed", slip_positions, "embeddings", "the position embedding is missing"),
+    ("embed", slip_positions, "embeddings", "the position embeddings are missing"),
 ]
 
 
@@ -440,7 +475,7 @@ def test_a_piece_raising_names_the_piece():
 
     msg = capstone.check_gpt_forward(capstone.forward_with_pieces(mlp=mlp)).message
     assert msg.startswith("✗ forward: mlp raised RuntimeError")
-    assert "x @ W.T" in msg
+    assert msg.endswith("Hint: " + capstone.TRANSPOSE_HINT)
 
 
 # --- running a forward ----------------------------------------------------------------------------

@@ -91,40 +91,49 @@ def _k_v_swapped(q, k, v):
 
 MISTAKES = [
     (
-        "softmax over dim=-2 normalises each key's column over the queries; every query's row "
-        "must sum to 1 over the keys: softmax(dim=-1)",
+        "the softmax runs over dim=-2, the queries: your weights sum to 1 down each key's column, "
+        "not along each query's row, so a query's weights over the keys it sees do not add up to 1",
         _softmax_over_queries,
     ),
-    ("the scores are not scaled: divide q @ k^T by sqrt(d_h) before the softmax", _no_scale),
     (
-        "you divided by sqrt(d_model) = sqrt(h * d_h); the scale uses one head's width, "
-        "sqrt(d_h) = sqrt(q.size(-1))",
+        "the scores are not scaled: each is sqrt(d_h) times too large, so your softmax is sharper "
+        "than it should be and piles the weight onto fewer keys",
+        _no_scale,
+    ),
+    (
+        "you divided by sqrt(d_model) = sqrt(h * d_h), the width of all the heads together: each "
+        "score is sqrt(h) times too small, so your weights are flatter than they should be; the "
+        "scores of one head were made from one head's features",
         _scale_by_d_model,
     ),
-    ("you divided by d_h; the scale is its square root, sqrt(d_h)", _scale_by_d_h),
     (
-        "there is no causal mask: every query sees the keys after it; fill the scores above "
-        "the diagonal with -inf",
+        "you divided by d_h itself: each score is sqrt(d_h) times too small, so your weights are "
+        "flatter than they should be",
+        _scale_by_d_h,
+    ),
+    (
+        "there is no causal mask: each query's weights also go to the keys after it, so a "
+        "position reads tokens from its own future",
         _no_mask,
     ),
     (
-        "the mask hides the past and shows the future (tril where triu belongs); mask key j "
-        "for query i when j > i: torch.triu(ones(n, n), diagonal=1)",
+        "the mask hides the wrong side: each query sees itself and the keys after it, and the "
+        "past is hidden (your weights are zero below the diagonal instead of above it)",
         _past_masked,
     ),
     (
-        "the mask hides the past and the position itself (masked_fill(tril == 1)); keep the lower "
-        "triangle and mask above it: masked_fill(tril == 0, -inf)",
+        "the mask hides the past and the position itself: each query sees only the keys after "
+        "it, the future, and nothing it is allowed to see",
         _past_and_self_masked,
     ),
     (
-        "the diagonal is masked too, so position 0 has no visible key (NaN); a position may "
-        "see itself: use torch.triu(..., diagonal=1)",
+        "the diagonal is masked too: no query sees its own key, and position 0, which has "
+        "nothing before it, sees no key at all, so its row is NaN",
         _diagonal_masked,
     ),
     (
-        "masked scores were set to 0, and exp(0) = 1 still gives the future weight; fill them "
-        "with float('-inf')",
+        "the hidden scores were set to 0: a score of 0 still counts exp(0) = 1 in the softmax, so "
+        "your weights above the diagonal are not zero and the future keys still take a share",
         _zero_filled,
     ),
     (

@@ -227,13 +227,15 @@ def _embed_concatenated(idx, tok_emb, pos_emb):
 
 EMBED_MISTAKES = [
     (
-        "the position embedding is missing: add pos_emb[:n], one row per place in the window; "
-        "without it the model cannot tell 'ab' from 'ba' at the same token",
+        "the position embeddings are missing: your x is the token embeddings alone, so a token "
+        "gets the same vector wherever it sits in the window and the model cannot tell 'ab' "
+        "from 'ba'",
         _embed_no_positions,
     ),
     (
-        "the position table was indexed with the token ids; it is indexed with the positions "
-        "0..n-1: pos_emb[:n] (or pos_emb[torch.arange(n)])",
+        "the position table was indexed with the token ids: each token got the row of its id "
+        "wherever it stands (a token 5 always gets row 5), so your position embeddings say "
+        "nothing about places, only a second thing about tokens",
         _embed_positions_from_ids,
     ),
     (
@@ -243,8 +245,8 @@ EMBED_MISTAKES = [
         _embed_positions_from_one,
     ),
     (
-        "the two embeddings were concatenated ([B, n, 2d]); they are added: tok_emb[idx] + "
-        "pos_emb[:n] stays [B, n, d]",
+        "the two embeddings were concatenated along the features: your x is [B, n, 2d], twice "
+        "as wide as the d features every later layer reads",
         _embed_concatenated,
     ),
 ]
@@ -252,8 +254,8 @@ EMBED_MISTAKES = [
 EMBED_ERRORS = [
     (
         "must match the size of tensor",
-        "pos_emb has T rows, one per possible position; a window of n tokens uses rows 0..n-1: "
-        "pos_emb[:n]",
+        "pos_emb has T rows, one per place a window can have, and this window holds n tokens: "
+        "the whole table puts T position rows against n token rows",
     ),
 ]
 
@@ -285,26 +287,40 @@ def _rms_no_sqrt(x, gain, eps=1e-5):
 
 RMSNORM_MISTAKES = [
     (
-        "eps is added after the square root; it belongs inside: sqrt(mean(x^2) + eps)",
+        "eps is added after the square root: your norm divides by rms + eps, so a token whose "
+        "features are all near zero is blown up to about unit size, where the model's eps keeps "
+        "it smaller",
         _rms_eps_outside,
     ),
-    ("the gain is missing: multiply by gain, one number per feature", _rms_no_gain),
     (
-        "the mean runs over the tokens (dim=-2), the norm's axis is wrong: each token is "
-        "normalised over its own d features, mean(dim=-1, keepdim=True)",
+        "the gain is never used: your output is x over its root mean square alone, so every "
+        "feature keeps the same scale whatever the learnt gain holds",
+        _rms_no_gain,
+    ),
+    (
+        "the mean square runs over the tokens (dim=-2), not over each token's features: each "
+        "feature is scaled by its size across the window, so a token's output depends on the "
+        "other tokens, later ones included",
         _rms_over_tokens,
     ),
     (
-        "one mean square for the whole tensor; each token needs its own, over the last "
-        "dimension: mean(dim=-1, keepdim=True)",
+        "one mean square for the whole tensor: every token of every sequence is divided by the "
+        "same number, so a token's output depends on the whole batch and a small token stays "
+        "small",
         _rms_over_everything,
     ),
     (
-        "the mean was subtracted (that is LayerNorm); RMSNorm divides x itself by its root mean "
-        "square",
+        "the features' mean was subtracted before the division (LayerNorm's centring, which "
+        "RMSNorm does not do): each of your tokens comes out with mean zero, so a shift shared "
+        "by all its features is lost",
         _rms_centred,
     ),
-    ("x is divided by the mean square; take its square root", _rms_no_sqrt),
+    (
+        "x is divided by the mean square itself, not by its root: your output shrinks as the "
+        "token grows (double a token and its output halves), where a norm's output keeps the "
+        "same size",
+        _rms_no_sqrt,
+    ),
 ]
 
 
@@ -416,45 +432,63 @@ def _att_heads_reshaped_both_ways(x, w_qkv, w_proj, n_head):
 
 
 TRANSPOSE_HINT = (
-    "every matrix is stored as nn.Linear keeps it, [out, in], so a layer computes x @ W.T"
+    "every matrix is stored as nn.Linear keeps it, [out, in] (w_qkv is [3d, d], w_fc [4d, d]): "
+    "multiplied as it is stored, a matrix lines x's features up with its out axis, not its in axis"
 )
 
 ATTENTION_MISTAKES = [
     (
-        "softmax over dim=-2 normalises over the queries; each query's row must sum to 1 over "
-        "the keys: softmax(dim=-1)",
+        "the softmax runs over dim=-2, the queries: your weights sum to 1 down each key's "
+        "column, not along each query's row, so a query's weights over the keys it sees do not "
+        "add up to 1",
         _att_softmax_over_queries,
     ),
-    ("the scores are not scaled: divide q @ k^T by sqrt(d_h)", _att_no_scale),
     (
-        "the scores were divided by sqrt(d) = sqrt(h * d_h); the scale uses one head's width, "
-        "sqrt(d_h)",
+        "the scores are not scaled: each is sqrt(d_h) times too large, so your softmax is "
+        "sharper than the model's and piles the weight onto fewer keys",
+        _att_no_scale,
+    ),
+    (
+        "the scores were divided by sqrt(d) = sqrt(h * d_h), the width of all the heads "
+        "together: each is sqrt(h) times too small, so your weights are flatter than the "
+        "model's",
         _att_scale_by_d,
     ),
-    ("the scores were divided by d_h; the scale is its square root, sqrt(d_h)", _att_scale_by_d_h),
     (
-        "there is no causal mask: each query sees the keys after it; fill the scores above the "
-        "diagonal (torch.triu(..., diagonal=1)) with -inf",
+        "the scores were divided by d_h itself: each is sqrt(d_h) times too small, so your "
+        "weights are flatter than the model's",
+        _att_scale_by_d_h,
+    ),
+    (
+        "there is no causal mask: each query's weights also go to the keys after it, so a "
+        "position reads tokens from its own future",
         _att_no_mask,
     ),
     (
-        "the mask hides the past and shows the future (tril where triu belongs): mask key j for "
-        "query i when j > i",
+        "the mask hides the wrong side: each query sees itself and the keys after it, and the "
+        "past is hidden (your weights are zero below the diagonal instead of above it)",
         _att_past_masked,
     ),
     (
-        "masked scores were set to 0, and exp(0) still gives the future weight; fill them with "
-        "float('-inf')",
+        "the hidden scores were set to 0: a score of 0 still counts exp(0) = 1 in the softmax, "
+        "so your weights above the diagonal are not zero and the future keys still take a "
+        "share",
         _att_zero_filled,
     ),
     (
-        f"the output projection is transposed: {TRANSPOSE_HINT}, here y @ w_proj.T",
+        "the output projection multiplies by w_proj as it is stored, [out, in]: it is square, "
+        "so the shapes fit and nothing raises, but each output feature is made with a column "
+        "of w_proj instead of its row",
         _att_proj_transposed,
     ),
-    ("the output projection is missing: the merged heads go through y @ w_proj.T", _att_no_proj),
     (
-        "q and k are swapped: the fused projection x @ w_qkv.T gives q, k, v in that order along "
-        "the last axis",
+        "the output projection is missing: your output is the heads glued side by side, never "
+        "mixed by w_proj, so each output feature comes from one head alone",
+        _att_no_proj,
+    ),
+    (
+        "q and k are swapped: your scores compare the keys with the queries, so before the mask "
+        "your score for query i and key j is the model's for query j and key i",
         _att_q_k_swapped,
     ),
     (
@@ -531,19 +565,23 @@ def _mlp_adds_its_input(x, w_fc, w_proj):
 
 MLP_MISTAKES = [
     (
-        "the ReLU is missing: without it the two layers collapse into one matrix; apply it to "
-        "the hidden [B, n, 4d] tensor",
+        "the ReLU is missing: nothing happens between the two layers, so they collapse into a "
+        "single d x d matrix and your output is linear in x",
         _mlp_no_activation,
     ),
-    ("this is GELU; microgpt's MLP uses ReLU: torch.relu", _mlp_gelu),
     (
-        "the ReLU sits after the second layer; it belongs between the two: "
-        "relu(x @ w_fc.T) @ w_proj.T",
+        "this is GELU, not microgpt's ReLU: your hidden [B, n, 4d] tensor lets small negative "
+        "values through where the model's has zeros",
+        _mlp_gelu,
+    ),
+    (
+        "the ReLU comes after the second layer: your output went through it (no output feature "
+        "is negative), and the hidden [B, n, 4d] tensor between the two layers did not",
         _mlp_activation_after,
     ),
     (
-        "the two weight matrices swapped roles: the first layer is x @ w_fc.T ([B, n, d] -> "
-        "[B, n, 4d]), the second h @ w_proj.T",
+        "the two weight matrices swapped roles: your first layer used w_proj and the second "
+        "w_fc, each as it is stored ([out, in]); the shapes happen to fit, so nothing raises",
         _mlp_swapped,
     ),
     (
@@ -613,36 +651,43 @@ def _block_parallel(x, bw, n_head):
 
 BLOCK_MISTAKES = [
     (
-        "the residual around attention is missing: x = x + attention(rmsnorm(x)), not "
-        "x = attention(...)",
+        "the residual around attention is missing: your x is replaced by the attention's "
+        "output, so the block's input never reaches the MLP or the block's output",
         _block_no_first_residual,
     ),
     (
-        "the residual around the MLP is missing: return x + mlp(rmsnorm(x)), not the MLP's "
-        "output alone",
+        "the residual around the MLP is missing: your block returns the MLP's output alone, so "
+        "x after attention is dropped from the block's output",
         _block_no_second_residual,
     ),
-    ("both residual paths are missing: each sub-layer's output is added to x", _block_no_residuals),
     (
-        "the residual adds the normalised x; it must add x itself: x + attention(rmsnorm(x))",
+        "both residual paths are missing: each sub-layer's output replaces x, so nothing of the "
+        "block's input reaches its output",
+        _block_no_residuals,
+    ),
+    (
+        "the residual paths carry the normalised x (gain included), not the x the block was "
+        "given: your stream loses its own scale at every sub-layer",
         _block_adds_normalised,
     ),
     (
-        "this is post-norm, norm(x + f(x)); microgpt is pre-norm: x + f(norm(x))",
+        "this is post-norm: each sub-layer reads x unnormalised and the norm comes after the "
+        "residual sum, so your block's output is itself normalised",
         _block_post_norm,
     ),
     (
-        "the norms are missing: each sub-layer reads rmsnorm(x), with its own gain",
+        "the norms are missing: attention and the MLP read x unnormalised, and the gains ln1 "
+        "and ln2 are never used",
         _block_no_norms,
     ),
     (
-        "the two gains are swapped: attention reads rmsnorm(x, bw['ln1']), the MLP "
-        "rmsnorm(x, bw['ln2'])",
+        "the two gains are swapped: the norm before attention uses bw['ln2'] and the norm "
+        "before the MLP bw['ln1']",
         _block_gains_swapped,
     ),
     (
-        "the MLP reads the block's input; it must read x after the attention's residual: "
-        "x = x + attention(...), then x + mlp(rmsnorm(x))",
+        "the MLP reads the block's input, not x after attention's residual: your attention and "
+        "MLP run side by side, so the MLP never sees what attention added",
         _block_parallel,
     ),
     (
@@ -685,26 +730,29 @@ def _forward_no_blocks(w, idx, n_head):
 
 FORWARD_MISTAKES = [
     (
-        "the final norm is missing: the head reads rmsnorm(x, w['ln_f']), not x",
+        "the final norm is missing: the head reads the last block's output unnormalised, and "
+        "ln_f's gain is never used",
         _forward_no_final_norm,
     ),
     (
-        "the head used the token table; microgpt's head is untied, its own matrix: "
-        "x @ w['lm_head'].T",
+        "the head used the token table: your logits compare x with the token embeddings, but "
+        "microgpt's head is untied",
         _forward_tied,
     ),
     (
-        "these are probabilities; forward returns the logits (the loss and the sampler apply "
-        "the softmax themselves)",
+        "these are probabilities: your forward applies a softmax, so each row sums to 1, and "
+        "the loss and the sampler would apply theirs a second time",
         _forward_probabilities,
     ),
     (
-        "the blocks were skipped: x = block(x, bw, n_head) for each bw in w['blocks']",
+        "the blocks were skipped: your forward goes from the embeddings straight to the final "
+        "norm, and w['blocks'] is never used",
         _forward_no_blocks,
     ),
     (
-        "the loop adds x around each block, but the block already adds its own residuals, so "
-        "x is counted twice: each block's output replaces x",
+        "the loop adds x around each block, but the block already adds its own residuals: x is "
+        "counted twice, so after each block your stream holds the block's input once too "
+        "many",
         _forward_residual_around_block,
     ),
 ]

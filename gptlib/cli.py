@@ -448,10 +448,10 @@ def _run(args, settings, ck, out, ranks, device, say) -> int:
     if not ranks.is_main:
         return 0
 
-    summary = {}
     if stop.presses < 2:
-        summary = _final_evaluation(model, corpus, device)
-    if not summary:
+        summary = _final_evaluation(model, corpus, device)  # {} if Ctrl-C stops it
+    else:
+        summary = {}
         print("final evaluation skipped")
     with saving_uninterrupted():
         saved = save_run(

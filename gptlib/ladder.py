@@ -83,9 +83,11 @@ def climb(
     max_lr: float = 1e-2,
     seed: int = 0,
     eval_batches: int = 50,
+    min_lr: float | None = None,
 ) -> list[Rung]:
-    """Train every rung with the same steps, batches, schedule (100 warmup steps, cosine to a
-    tenth) and seed, and measure each on the validation tokens."""
+    """Train every rung with the same steps, batches, schedule (100 warmup steps, then a cosine
+    down to `min_lr`, a tenth of max_lr by default) and seed, and measure each on the validation
+    tokens."""
     results = []
     for name in RUNGS:
         torch.manual_seed(seed)
@@ -98,7 +100,7 @@ def climb(
             max_lr=max_lr,
             warmup=100,
             schedule="cosine",
-            min_lr=max_lr / 10,
+            min_lr=max_lr / 10 if min_lr is None else min_lr,
             seed=seed,
             eval_every=0,
         )

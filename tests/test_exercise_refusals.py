@@ -40,6 +40,11 @@ CHECKS = {
     "mlp": ex.check_gpt_mlp,
     "block": ex.check_gpt_block,
     "forward": ex.check_gpt_forward,
+    "gpt_loss": ex.check_gpt_loss,
+    "train_gpt": ex.check_gpt_train,
+    "sample_names": ex.check_gpt_sample,
+    "cached_attention": ex.check_gpt_cached_attention,
+    "forward_cached": ex.check_gpt_forward_cached,
     "merge": ex.check_merge,
 }
 ENTRIES = [(name, r) for name, refusals in REFUSALS.items() for r in refusals]
@@ -202,6 +207,26 @@ def _forward(w, idx, n_head):
     return GPT(cfg)(idx)[0]
 
 
+def _gpt_loss(forward_fn, w, idx, labels, n_head):
+    return GPT.loss(forward_fn(w, idx, n_head), labels)
+
+
+def _train_gpt(forward_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed, h):
+    model = GPT(microgpt(w["tok_emb"].size(0), n_embd=w["tok_emb"].size(1), n_head=h))
+    return train(model, tokens, steps, batch_size, max_lr=max_lr, seed=seed).loss
+
+
+def _sample_names(forward_fn, w, n_head, bos, num, generator, temperature, top_k, max_len):
+    model = GPT(microgpt(w["tok_emb"].size(0), n_head=n_head))
+    start = torch.full((num, 1), bos)
+    return generate(model, start, max_len, temperature, top_k, generator, bos).tolist()
+
+
+def _forward_cached(w, idx, cache, n_head):
+    model = GPT(microgpt(w["tok_emb"].size(0), n_head=n_head))
+    return model(idx)[0]
+
+
 READER_SHORTCUTS = [
     ("encode_stream", _encode_stream, "gptlib.data.encode_documents"),
     ("causal_attention", _sdpa, "F.scaled_dot_product_attention"),
@@ -229,6 +254,11 @@ READER_SHORTCUTS = [
     ("mlp", _mlp, "gptlib.mlp.MLP"),
     ("block", _block, "Block.forward"),
     ("forward", _forward, "GPT.forward"),
+    ("gpt_loss", _gpt_loss, "GPT.loss"),
+    ("train_gpt", _train_gpt, "gptlib.train.train"),
+    ("sample_names", _sample_names, "gptlib.generate.generate"),
+    ("cached_attention", lambda x, w_qkv, w_proj, n_head, past: _sdpa(x, x, x), "F.scaled_dot"),
+    ("forward_cached", _forward_cached, "GPT.forward"),
 ]
 
 

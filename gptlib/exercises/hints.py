@@ -328,6 +328,73 @@ HINTS: dict[str, Hint] = {
         "3. x normalised with the gain ln_f: [B, n, d].\n"
         "4. That times lm_head transposed ([d, V]): logits [B, n, V].",
     ),
+    "check_gpt_loss": Hint(
+        "Notebook 08's loss, around a forward you are handed. Position t has seen tokens 0..t "
+        "and predicts the next one, so its logits are scored against the label one place to its "
+        "right; the last position has no label inside the window. Padding labels (-100) are "
+        "neither scored nor counted: F.cross_entropy can be told which label value to skip.",
+        "1. forward_fn(w, idx, n_head): logits [B, n, V].\n"
+        "2. Drop the last position of the logits and the first of the labels: [B, n-1, V] and "
+        "[B, n-1].\n"
+        "3. Flatten both over batch and positions: [B*(n-1), V] and [B*(n-1)].\n"
+        "4. The cross-entropy with -100 as the ignored label; its default mean is over the "
+        "scored positions only.",
+    ),
+    "check_gpt_train": Hint(
+        "The loop of notebook 09, line for line, with two differences: there is no model, so "
+        "the tensors to clip are the ones the optimizer holds in its parameter groups, and the "
+        "loss is your gpt_loss on forward_fn. One generator, made once before the loop, draws "
+        "every batch; the window length T is the number of rows of the position table.",
+        "1. Before the loop: a generator seeded with seed; the list of every tensor in the "
+        "optimizer's groups; an empty list of losses.\n"
+        "2. Each step: the warmup + cosine rate for this step (over `steps` steps) written into "
+        "every group's 'lr'.\n"
+        "3. sample_batch(tokens, batch_size, T, generator): idx and labels, [B, T] each.\n"
+        "4. The loss; zero_grad; backward; clip the global norm of all the gradients to clip; "
+        "step; the loss appended as a number.\n"
+        "5. Return the list of `steps` losses.",
+    ),
+    "check_gpt_sample": Hint(
+        "Each step the model sees at most T tokens (its position table has T rows), so only the "
+        "newest T of each row go in. Only the last position predicts the next token. Temperature "
+        "divides the logits before the softmax; top-k keeps the k largest logits of each row and "
+        "sends the rest to -inf, so the softmax spreads the mass over the k kept. Draw with the "
+        "generator you are given, one token for every row at every step.",
+        "1. idx [num, 1] filled with bos.\n"
+        "2. Each step, without gradients: forward_fn on the last T columns of idx: [num, n', V]; "
+        "keep the last position: [num, V]; divide by the temperature.\n"
+        "3. With top_k: the k-th largest value of each row, [num, 1]; every logit below it set "
+        "to -inf.\n"
+        "4. softmax over V; one draw per row from the generator: [num, 1]; appended to idx.\n"
+        "5. Stop when every row holds a BOS after its first place; then cut each row (without "
+        "its starting BOS) at its first BOS: a list of ids per name.",
+    ),
+    "check_gpt_cached_attention": Hint(
+        "Your attention, with two changes. The keys and values of the new tokens join the cached "
+        "ones behind them, and attention runs over all of them. The new token i stands at "
+        "position p + i, where p is the number of cached positions: it may see keys 0..p + i. "
+        "Which entries of an [n, p + n] grid of scores are in its future?",
+        "1. q, k, v of the new tokens, each cut into heads: [B, h, n, d_h].\n"
+        "2. With past: the cached k and v in front of the new ones along the positions axis: "
+        "[B, h, p + n, d_h].\n"
+        "3. Scores q kᵀ / √d_h: [B, h, n, p + n].\n"
+        "4. Hide entry (i, j) when j > p + i: an upper triangle moved p places to the right; "
+        "-inf there, then softmax over the keys.\n"
+        "5. Weights @ v, the heads side by side again, @ w_proj.T: [B, n, d]. Return it with the "
+        "pair (k, v) of all p + n positions.",
+    ),
+    "check_gpt_forward_cached": Hint(
+        "Your forward, for the new tokens only. Their positions start where the cache ends: p is "
+        "the number of positions in a cached key (0 when the list is empty). Each block reads its "
+        "own entry of the list and writes back what cached_attention returns, so that the next "
+        "call finds every position so far.",
+        "1. p from the cache (the positions axis of block 0's k), or 0; n, the number of new ids.\n"
+        "2. Token rows plus rows p..p+n-1 of the position table: x [B, n, d].\n"
+        "3. For block i: cached_attention on rmsnorm(x, ln1) with entry i (None when the list is "
+        "shorter); the returned pair stored as entry i (appended the first time); its output "
+        "added to x; then x plus mlp(rmsnorm(x, ln2)).\n"
+        "4. The final norm and the head: logits [B, n, V].",
+    ),
     # --- notebook 14 ----------------------------------------------------------------------------
     "check_merge": Hint(
         "Walk the list from the left with an index you move yourself. At a match, write new_id "

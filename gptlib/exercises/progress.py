@@ -92,6 +92,11 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("check_gpt_mlp", "13", 1, 5),
     Exercise("check_gpt_block", "13", 2, 10),
     Exercise("check_gpt_forward", "13", 2, 15),
+    Exercise("check_gpt_loss", "13", 1, 10),
+    Exercise("check_gpt_train", "13", 2, 20),
+    Exercise("check_gpt_sample", "13", 2, 20),
+    Exercise("check_gpt_cached_attention", "13", 3, 25),
+    Exercise("check_gpt_forward_cached", "13", 2, 15),
     Exercise("check_merge", "14", 2, 15),
 )
 

@@ -122,6 +122,21 @@ REFUSALS: dict[str, tuple[Refusal, ...]] = {
     "mlp": (Refusal("gptlib.mlp.MLP.forward", "gptlib.mlp.MLP"),),
     "block": (_BLOCK,),
     "forward": (_MODEL, _BLOCK),
+    "gpt_loss": (
+        Refusal("gptlib.model.GPT.loss", "GPT.loss", "does the whole exercise"),
+        _MODEL,
+    ),
+    "train_gpt": (Refusal("gptlib.train.train", "gptlib.train.train"), _MODEL),
+    "sample_names": (
+        _GENERATE,
+        Refusal("gptlib.generate.sample_documents", "gptlib.generate.sample_documents"),
+        _PICK_NEXT,
+        _NEXT_TOKEN_PROBS,
+        Refusal("gptlib.generate.filter_logits", "gptlib.generate.filter_logits"),
+        _MODEL,
+    ),
+    "cached_attention": (_SDPA, _ATTENTION_MODULE),
+    "forward_cached": (_MODEL, _BLOCK, _ATTENTION_MODULE),
     # 14 byte-pair encoding
     "merge": (Refusal("gptlib.bpe.merge_pair", "gptlib.bpe.merge_pair"),),
 }

@@ -1,5 +1,6 @@
-"""Notebook 05's checks: the block in both placements and RMSNorm's backward pass. Each stub gets
-the not-written line, each reference solution passes, each listed mistake gets its own hint."""
+"""Notebook 05's checks: residual sublayers in both placements and RMSNorm's backward pass. Each
+stub gets the not-written line, each reference solution passes, each listed mistake gets its own
+hint."""
 
 import contextlib
 import io
@@ -70,14 +71,15 @@ def test_each_backward_mistake_gets_its_hint(hint, wrong):
 
 @pytest.mark.parametrize("placement", ["pre", "post"])
 def test_mistakes_differ_from_the_solution_and_from_each_other(placement):
-    # Otherwise a hint could never be reached, or the wrong one would be named.
+    # Otherwise a hint could never be reached, or the wrong one would be named. Two blocks: some
+    # slips (only the first two sublayers) are right for one block.
     name = f"{placement}_norm_block"
     solution = getattr(norms, f"solution_{name}")
-    block = norms._random_block(placement, torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(0)
+    sublayers = norms.sublayers_of([norms._random_block(placement, g) for _ in range(2)])
     x = 2.0 * torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(1))
-    parts = (block.attn, block.mlp, block.ln1, block.ln2)
     with torch.no_grad():
-        outputs = [solution(x, *parts)] + [w(x, *parts) for _, w in MISTAKES[name]]
+        outputs = [solution(x, sublayers)] + [w(x, sublayers) for _, w in MISTAKES[name]]
     for i in range(len(outputs)):
         for j in range(i):
             assert not _close(outputs[i], outputs[j], 1e-5, 1e-4), (i, j)
@@ -96,17 +98,22 @@ def test_backward_mistakes_differ_from_the_solution():
 
 @pytest.mark.parametrize("placement", ["pre", "post"])
 @pytest.mark.parametrize("preset", [microgpt, textbook], ids=["rmsnorm", "layernorm"])
-def test_solutions_equal_gptlib_block(placement, preset):
+def test_solutions_equal_gptlib_blocks(placement, preset):
     torch.manual_seed(0)
     cfg = preset(n_embd=16, n_head=4, block_size=8, norm_placement=placement)
-    block = Block(cfg).eval()
+    blocks = [Block(cfg).eval() for _ in range(3)]
     with torch.no_grad():
-        for p in block.parameters():
+        for p in (p for b in blocks for p in b.parameters()):
             p.add_(0.1 * torch.randn_like(p))  # gains away from 1, biases away from 0
         x = torch.randn(3, 8, 16)
         solution = getattr(norms, f"solution_{placement}_norm_block")
-        got = solution(x, block.attn, block.mlp, block.ln1, block.ln2)
-    torch.testing.assert_close(got, block(x))
+        torch.testing.assert_close(
+            solution(x, [(blocks[0].ln1, blocks[0].attn), (blocks[0].ln2, blocks[0].mlp)]),
+            blocks[0](x),
+        )
+        torch.testing.assert_close(
+            solution(x, norms.sublayers_of(blocks)), blocks[2](blocks[1](blocks[0](x)))
+        )
 
 
 def test_solution_backward_equals_autograd_in_float32():
@@ -122,15 +129,18 @@ def test_solution_backward_equals_autograd_in_float32():
 
 
 def test_typical_readers_slips():
-    def pre_norm_block_first_try(x, attn, mlp, norm1, norm2):
-        x = norm1(x)
-        x = x + attn(x)
-        x = norm2(x)
-        return x + mlp(x)
+    def pre_norm_block_first_try(x, sublayers):
+        for norm, f in sublayers:
+            x = norm(x)
+            x = x + f(x)
+        return x
 
-    def post_norm_block_slip(x, attn, mlp, norm1, norm2):
-        x = norm1(x + attn(x))
-        return x + mlp(x)
+    def post_norm_block_slip(x, sublayers):
+        for i, (norm, f) in enumerate(sublayers):
+            x = x + f(x)
+            if i < len(sublayers) - 1:
+                x = norm(x)
+        return x
 
     def rmsnorm_backward_first_try(x, weight, grad_out, eps):
         rms = torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
@@ -141,7 +151,7 @@ def test_typical_readers_slips():
         "stream itself was normalised"
         in norms.check_pre_norm_block(pre_norm_block_first_try).message
     )
-    assert "final norm is forgotten" in norms.check_post_norm_block(post_norm_block_slip).message
+    assert "last sum is not normalised" in norms.check_post_norm_block(post_norm_block_slip).message
     assert (
         "treats the RMS as a constant"
         in norms.check_rmsnorm_backward(rmsnorm_backward_first_try).message
@@ -149,9 +159,34 @@ def test_typical_readers_slips():
 
 
 def test_unrecognised_answer_reports_the_difference():
-    result = norms.check_pre_norm_block(lambda x, a, m, n1, n2: 1.5 * x + a(n1(x)) + m(n2(x)))
+    def scaled(x, sublayers):
+        for norm, f in sublayers:
+            x = 1.5 * x + f(norm(x))
+        return x
+
+    result = norms.check_pre_norm_block(scaled)
     assert not result.passed
     assert "largest difference" in result.message
+
+
+def test_a_block_written_for_two_pairs_is_told_to_loop():
+    """Notebook 02 wrote one pre-norm block as two lines; that form fails on a stack."""
+
+    def two_pairs_only(x, sublayers):
+        (norm1, attn), (norm2, mlp) = sublayers
+        h = x + attn(norm1(x))
+        return h + mlp(norm2(h))
+
+    def four_indices(x, sublayers):
+        for i in range(4):
+            norm, f = sublayers[i]
+            x = x + f(norm(x))
+        return x
+
+    for fn in (two_pairs_only, four_indices):
+        message = norms.check_pre_norm_block(fn).message
+        assert message.startswith("✗ pre_norm_block: your function raised"), message
+        assert message.endswith(f"Hint: {norms.UNPACK_HINT}"), message
 
 
 def test_checks_leave_the_global_rng_alone():
@@ -166,8 +201,8 @@ def test_checks_leave_the_global_rng_alone():
 def test_block_check_runs_without_building_a_graph():
     seen = []
 
-    def pre_norm_block(x, attn, mlp, norm1, norm2):
-        out = norms.solution_pre_norm_block(x, attn, mlp, norm1, norm2)
+    def pre_norm_block(x, sublayers):
+        out = norms.solution_pre_norm_block(x, sublayers)
         seen.append(out.requires_grad)
         return out
 

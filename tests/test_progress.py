@@ -7,6 +7,7 @@ import io
 import json
 import re
 import shutil
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,14 @@ from gptlib.exercises.progress import (
     EXERCISES,
     FAILS,
     NOT_FOUND,
+    NOT_WRITTEN_TAIL,
     SOLVED,
     Row,
     check_notebook,
     collect,
     format_table,
 )
+from gptlib.exercises.refusals import REFUSALS
 
 NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
 
@@ -158,6 +161,212 @@ def test_the_library_shortcut_is_refused(tmp_path):
     )
 
 
+# A GPT of the capstone's weights' sizes (the refused call comes before any weight is used).
+_CAPSTONE_GPT = """\
+    from gptlib.config import microgpt
+    from gptlib.model import GPT
+
+    V, d = w["tok_emb"].shape
+    T, L = w["pos_emb"].size(0), len(w["blocks"])
+    net = GPT(microgpt(V, n_embd=d, n_head=n_head, n_layer=L, block_size=T))
+"""
+
+# The capstone's attention up to the scores, as a reader who hands the rest to torch writes it.
+_CAPSTONE_QKV = """\
+    B, n, d = x.shape
+    q, k, v = (x @ w_qkv.T).split(d, dim=-1)
+    q, k, v = (t.view(B, n, n_head, d // n_head).transpose(1, 2) for t in (q, k, v))
+"""
+
+# For every exercise with refusals, the reader's function written as a call of the library
+# function that does its job: the stub's whole definition, as the notebook names it.
+SHORTCUTS = {
+    "check_encode_stream": """\
+def encode_stream(documents, tokenizer):
+    from gptlib.data import encode_documents
+
+    return encode_documents(documents, tokenizer)
+""",
+    "check_causal_attention": """\
+def causal_attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+""",
+    "check_split_heads": """\
+def split_heads(x, n_head):
+    from gptlib.attention import CausalSelfAttention
+    from gptlib.config import textbook
+
+    cfg = textbook(5, block_size=8, n_layer=1, n_head=n_head, n_embd=x.size(-1))
+    return CausalSelfAttention(cfg).split_heads(x)
+""",
+    "check_temperature_probs": """\
+def temperature_probs(logits, temperature):
+    from gptlib.generate import next_token_probs
+
+    return next_token_probs(logits, temperature)
+""",
+    "check_log_softmax": """\
+def log_softmax(logits):
+    return F.log_softmax(logits, dim=-1)
+""",
+    "check_lm_loss": """\
+def lm_loss(logits, labels):
+    from gptlib.model import GPT
+
+    return GPT.loss(logits, labels)
+""",
+    "check_train_loop": """\
+def train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+    from gptlib.train import train
+
+    kw = {"max_lr": max_lr, "warmup": warmup, "clip": clip, "seed": seed, "optimizer": optimizer}
+    return train(model, tokens, steps, batch_size, **kw).loss
+""",
+    "check_validation_loss": """\
+def validation_loss(model, tokens, batch_size, n_batches, seed):
+    import gptlib
+
+    return gptlib.estimate_loss(model, tokens, batch_size, n_batches, seed)
+""",
+    "check_filter_logits": """\
+def filter_logits(logits, top_k, top_p):
+    from gptlib.generate import filter_logits as library_filter
+
+    return library_filter(logits, top_k, top_p)
+""",
+    "check_sample_step": """\
+def sample_step(model, idx, temperature, top_k, top_p, generator):
+    from gptlib.generate import generate
+
+    out = generate(model, idx, 1, temperature, top_k, generator, use_cache=False, top_p=top_p)
+    return out[:, -1:]
+""",
+    "check_decode_step": """\
+def decode_step(model, idx_new, cache):
+    x = model.tok_emb(idx_new) + model.pos_emb.weight[cache.length]
+    for block in model.blocks:
+        x = block(x, cache)
+    cache.advance(1)
+    return model.lm_head(model.ln_f(x))
+""",
+    "check_gpt_rmsnorm": """\
+def rmsnorm(x, gain, eps=1e-5):
+    return F.rms_norm(x, (x.size(-1),), gain, eps)
+""",
+    "check_gpt_attention": f"""\
+def attention(x, w_qkv, w_proj, n_head):
+{_CAPSTONE_QKV}    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y.transpose(1, 2).reshape(B, n, d) @ w_proj.T
+""",
+    "check_gpt_mlp": """\
+def mlp(x, w_fc, w_proj):
+    from gptlib.config import microgpt
+    from gptlib.mlp import MLP
+
+    layer = MLP(microgpt(n_embd=x.size(-1)))
+    with torch.no_grad():
+        layer.fc.weight.copy_(w_fc)
+        layer.proj.weight.copy_(w_proj)
+    return layer(x)
+""",
+    "check_gpt_block": """\
+def block(x, bw, n_head):
+    from gptlib.config import microgpt
+    from gptlib.model import Block
+
+    return Block(microgpt(n_embd=x.size(-1), n_head=n_head))(x)
+""",
+    "check_gpt_forward": f"""\
+def forward(w, idx, n_head):
+{_CAPSTONE_GPT}    return net(idx)[0]
+""",
+    "check_gpt_loss": """\
+def gpt_loss(forward_fn, w, idx, labels, n_head):
+    from gptlib.model import GPT
+
+    return GPT.loss(forward_fn(w, idx, n_head), labels)
+""",
+    "check_gpt_train": f"""\
+def train_gpt(
+    forward_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed, n_head
+):
+    from gptlib.train import train
+
+{_CAPSTONE_GPT}    kw = {{"max_lr": max_lr, "warmup": warmup, "clip": clip, "seed": seed}}
+    return train(net, tokens, steps, batch_size, schedule="cosine", **kw).loss
+""",
+    "check_gpt_sample": f"""\
+def sample_names(
+    forward_fn, w, n_head, bos, num, generator, temperature=1.0, top_k=None, max_len=40
+):
+    from gptlib.generate import generate
+
+{_CAPSTONE_GPT}    start = torch.full((num, 1), bos)
+    out = generate(net, start, max_len, temperature, top_k, generator, bos, use_cache=False)
+    return [row[: row.index(bos)] if bos in row else row for row in out[:, 1:].tolist()]
+""",
+    "check_gpt_cached_attention": f"""\
+def cached_attention(x, w_qkv, w_proj, n_head, past):
+{_CAPSTONE_QKV}    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=past is None)
+    return y.transpose(1, 2).reshape(B, n, d) @ w_proj.T, (k, v)
+""",
+    "check_gpt_forward_cached": f"""\
+def forward_cached(w, idx, cache, n_head):
+    from gptlib.kvcache import KVCache
+
+    if not cache:
+{textwrap.indent(_CAPSTONE_GPT, "    ")}        kv = KVCache(net.cfg, idx.size(0), idx.device, net.lm_head.weight.dtype)
+        cache.append((net.eval(), kv))
+    net, kv = cache[0]
+    return net(idx, cache=kv)[0]
+""",
+    "check_merge": """\
+def merge(ids, pair, new_id):
+    from gptlib.bpe import merge_pair
+
+    return list(merge_pair(tuple(ids), pair, new_id))
+""",
+}
+
+
+def _exercise_name(check: str) -> str:
+    """The name the check reports, the key of REFUSALS: what it says about a stub."""
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    message = getattr(ex, check)(stub).message
+    assert message.endswith(NOT_WRITTEN_TAIL), message
+    return message.removesuffix(NOT_WRITTEN_TAIL)
+
+
+def test_every_exercise_with_refusals_has_a_shortcut():
+    with_refusals = {e.check for e in EXERCISES if _exercise_name(e.check) in REFUSALS}
+    missing = sorted(with_refusals - set(SHORTCUTS))
+    assert not missing, (
+        f"no row in SHORTCUTS for {missing}: add the stub written as a call of the library "
+        "function its refusals name"
+    )
+    assert set(SHORTCUTS) == with_refusals  # and no row for an exercise without refusals
+
+
+@pytest.mark.parametrize("check", sorted(SHORTCUTS))
+def test_every_library_shortcut_is_refused(tmp_path, check):
+    """The stored notebook with its stub written as the library's call: the check, run as
+    `progress` runs it, refuses it in one line."""
+    [exercise] = [e for e in EXERCISES if e.check == check]
+    path = _notebook(_copy(tmp_path, [exercise.notebook]), exercise.notebook)
+    name = _checked_name(path, check)
+    source = SHORTCUTS[check]
+    assert source.startswith(f"def {name}("), f"the notebook's stub is {name}"
+    _fill(path, name, source)
+    state, detail = check_notebook(path, [check])[check]
+    assert state == FAILS, (state, detail)
+    assert detail.startswith("write this one yourself: it calls "), detail
+
+
 def test_a_later_cell_that_rewrites_the_function_counts(tmp_path):
     folder = _copy(tmp_path, ["07"])
     path = _notebook(folder, "07")
@@ -178,10 +387,10 @@ def test_a_later_cell_that_rewrites_the_function_counts(tmp_path):
 
 
 def test_a_cell_that_does_not_parse_fails_its_check(tmp_path):
-    folder = _copy(tmp_path, ["14"])
-    path = _notebook(folder, "14")
-    _fill(path, "merge", "def merge(ids, pair, new_id)\n    return ids\n")
-    state, detail = check_notebook(path, ["check_merge"])["check_merge"]
+    folder = _copy(tmp_path, ["00"])
+    path = _notebook(folder, "00")
+    _fill(path, "encode_stream", "def encode_stream(documents, tokenizer)\n    return []\n")
+    state, detail = check_notebook(path, ["check_encode_stream"])["check_encode_stream"]
     assert state == FAILS and "does not parse: SyntaxError" in detail, detail
 
 
@@ -238,3 +447,14 @@ def test_progress_is_importable_from_a_notebook():
     from gptlib.exercises import progress
 
     assert callable(progress) and progress.__module__ == "gptlib.exercises.progress"
+
+
+def test_a_definition_that_does_not_parse_is_named_at_a_later_call(tmp_path):
+    """Notebook 13 calls check_gpt_forward again after its exercise cell (to pick the forward the
+    later cells use): a syntax error in the exercise cell is still what the table reports."""
+    folder = _copy(tmp_path, ["13"])
+    path = _notebook(folder, "13")
+    _fill(path, "forward", "def forward(w, idx, n_head)\n    return idx\n")
+    state, detail = check_notebook(path, ["check_gpt_forward"])["check_gpt_forward"]
+    assert state == FAILS
+    assert detail.startswith("a cell that calls check_gpt_forward does not parse: SyntaxError")

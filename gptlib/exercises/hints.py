@@ -102,24 +102,26 @@ HINTS: dict[str, Hint] = {
     ),
     # --- notebook 05 ----------------------------------------------------------------------------
     "check_pre_norm_block": Hint(
-        "Two residual sublayers, attention first, then the MLP. In pre-norm a sublayer reads a "
-        "normalised copy of the stream and adds what it returns to the stream itself; the stream "
-        "is never replaced by a normalised version. norm1 belongs to attention, norm2 to the MLP, "
-        "and the MLP reads the stream after attention's addition.",
-        "1. x [B, n, d] normalised with norm1; attention on that; its output added to the raw "
-        "x: h [B, n, d].\n"
-        "2. h normalised with norm2; the MLP on that; its output added to h: the block's output "
-        "[B, n, d].\n"
-        "Every tensor stays [B, n, d]: two additions, and no norm on the output.",
+        "Every sublayer follows the same rule, so write the rule once and apply it to each "
+        "(norm, f) pair in turn, in the order of the list: two pairs for one block, 2L for a "
+        "stack of L blocks. In pre-norm a sublayer reads a normalised copy of the stream and adds "
+        "what it returns to the stream itself; the stream is never replaced by a normalised "
+        "version, and the next sublayer reads the stream after this addition.",
+        "x: the stream [B, n, d]; sublayers: a list of (norm, f) pairs.\n"
+        "1. For each pair, in order: the stream normalised with the pair's norm; f on that; its "
+        "output added to the raw stream: the new stream [B, n, d].\n"
+        "2. After the last pair, return the stream [B, n, d]: one addition per pair, and no norm "
+        "on the output.",
     ),
     "check_post_norm_block": Hint(
-        "The same two sublayers and the same two residual additions as pre-norm, but the norms "
-        "move: each sublayer reads the stream as it is, and it is the sum (the stream plus the "
-        "sublayer's output) that gets normalised. The block's output is itself a norm's output.",
-        "1. Attention on the raw x [B, n, d]; its output added to x; the sum normalised with "
-        "norm1: h [B, n, d].\n"
-        "2. The MLP on h; its output added to h; the sum normalised with norm2: the block's "
-        "output [B, n, d].",
+        "The same pairs and the same one addition per pair as pre-norm, but the norm moves: each "
+        "sublayer reads the stream as it is, and it is the sum (the stream plus the sublayer's "
+        "output) that the pair's norm normalises. So the output is itself a norm's output, that "
+        "of the last pair.",
+        "x: the stream [B, n, d]; sublayers: a list of (norm, f) pairs.\n"
+        "1. For each pair, in order: f on the stream [B, n, d]; its output added to the stream; "
+        "the sum normalised with the pair's norm: the new stream [B, n, d].\n"
+        "2. After the last pair, return the stream [B, n, d].",
     ),
     "check_rmsnorm_backward": Hint(
         "y is the gain times x_hat, with x_hat = x / r, and r is computed from every feature of "
@@ -428,7 +430,11 @@ def _print_wrapped(text: str) -> None:
     for line in text.splitlines():
         kept = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), line)
         indent = "   " if line[:1].isdigit() else ""
-        print(textwrap.fill(kept, WIDTH, subsequent_indent=indent).replace("\0", " "))
+        print(
+            textwrap.fill(kept, WIDTH, subsequent_indent=indent, break_on_hyphens=False).replace(
+                "\0", " "
+            )
+        )
 
 
 def hint(check: Callable, step: int | None = None) -> None:

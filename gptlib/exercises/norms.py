@@ -1,15 +1,18 @@
-"""Notebook 05, residual connections and normalisation: the block's two placements, and RMSNorm's
-backward pass.
+"""Notebook 05, residual connections and normalisation: the rule of one residual sublayer in both
+placements, and RMSNorm's backward pass.
 
-`pre_norm_block(x, attn, mlp, norm1, norm2)` and `post_norm_block(x, attn, mlp, norm1, norm2)`
-take the residual stream x [B, n, d] and the four sublayers of one block as callables, each
-[B, n, d] -> [B, n, d], and return the block's output [B, n, d]:
+`pre_norm_block(x, sublayers)` and `post_norm_block(x, sublayers)` take the residual stream
+x [B, n, d] and a list of (norm, f) pairs, the sublayers in the order they run, each callable
+[B, n, d] -> [B, n, d], and return the stream after the last one, [B, n, d]. One gptlib `Block`
+is [(ln1, attn), (ln2, mlp)]; a stack of blocks is the list of all their pairs, block after
+block. Each pair in turn:
 
-    pre-norm:  h = x + attn(norm1(x));  out = h + mlp(norm2(h))
-    post-norm: h = norm1(x + attn(x));  out = norm2(h + mlp(h))
+    pre-norm:  x = x + f(norm(x))
+    post-norm: x = norm(x + f(x))
 
-Each is checked against `gptlib.model.Block` built around the same four modules (pre-norm with
-RMSNorm as in textbook chapter 2, post-norm with LayerNorm as in textbook chapter 3).
+Each is checked on one, two and three random `gptlib.model.Block`s run one after the other
+(pre-norm with RMSNorm as in textbook chapter 2, post-norm with LayerNorm as in textbook
+chapter 3), whose own modules make the list.
 
 Optional, harder: `rmsnorm_backward(x, weight, grad_out, eps)` for x [..., d] of any leading
 shape, weight [d] and grad_out = dL/dy [..., d] with y = x / sqrt(mean(x^2) + eps) * weight
@@ -39,87 +42,85 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# The block, in both placements
+# Residual sublayers, in both placements
 
 
-def solution_pre_norm_block(x, attn, mlp, norm1, norm2):
-    """x [B, n, d] -> [B, n, d]: each sublayer reads a normalised copy, the stream stays raw."""
-    h = x + attn(norm1(x))  # [B, n, d]: attention's output is added to x itself
-    return h + mlp(norm2(h))  # the MLP reads the stream after attention
+def solution_pre_norm_block(x, sublayers):
+    """x [B, n, d], sublayers: [(norm, f), ...] in order -> [B, n, d]. Each f reads a normalised
+    copy of the stream and adds its output to the stream; the stream itself stays raw."""
+    for norm, f in sublayers:
+        x = x + f(norm(x))  # [B, n, d]: the next sublayer reads this sum
+    return x
 
 
-def solution_post_norm_block(x, attn, mlp, norm1, norm2):
-    """x [B, n, d] -> [B, n, d]: each sublayer reads the stream as it is, each sum is normalised."""
-    h = norm1(x + attn(x))  # [B, n, d]
-    return norm2(h + mlp(h))  # the block's output is a norm's output too
+def solution_post_norm_block(x, sublayers):
+    """x [B, n, d], sublayers: [(norm, f), ...] in order -> [B, n, d]. Each f reads the stream as
+    it is, and each sum is normalised."""
+    for norm, f in sublayers:
+        x = norm(x + f(x))  # [B, n, d]: the last sum is normalised too
+    return x
 
 
-def _no_norms(x, attn, mlp, norm1, norm2):
-    h = x + attn(x)
-    return h + mlp(h)
+def _no_norms(x, sublayers):
+    for _, f in sublayers:
+        x = x + f(x)
+    return x
 
 
-def _pre_no_attn_residual(x, attn, mlp, norm1, norm2):
-    h = attn(norm1(x))
-    return h + mlp(norm2(h))
-
-
-def _pre_no_mlp_residual(x, attn, mlp, norm1, norm2):
-    h = x + attn(norm1(x))
-    return mlp(norm2(h))
-
-
-def _pre_no_residuals(x, attn, mlp, norm1, norm2):
-    return mlp(norm2(attn(norm1(x))))
-
-
-def _pre_stream_normalised(x, attn, mlp, norm1, norm2):
-    x = norm1(x)  # the stream itself replaced by its normalised copy
-    h = x + attn(x)
-    h = norm2(h)
-    return h + mlp(h)
-
-
-def _norm_on_output(x, attn, mlp, norm1, norm2):
+def _norm_on_output(x, sublayers):
     # The same slip in either placement: the norm wraps the sublayer's output, x + norm(f(x)).
-    h = x + norm1(attn(x))
-    return h + norm2(mlp(h))
+    # Unpacking each pair as (f, norm) gives it too.
+    for norm, f in sublayers:
+        x = x + norm(f(x))
+    return x
 
 
-def _pre_norms_swapped(x, attn, mlp, norm1, norm2):
-    return solution_pre_norm_block(x, attn, mlp, norm2, norm1)
+def _first_two_only(solution: Callable) -> Callable:
+    def first_two_only(x, sublayers):
+        return solution(x, sublayers[:2])
+
+    return first_two_only
 
 
-def _pre_mlp_reads_input(x, attn, mlp, norm1, norm2):
-    h = x + attn(norm1(x))
-    return h + mlp(norm2(x))
+def _reversed_order(solution: Callable) -> Callable:
+    def reversed_order(x, sublayers):
+        return solution(x, sublayers[::-1])
+
+    return reversed_order
 
 
-def _pre_mlp_residual_from_input(x, attn, mlp, norm1, norm2):
-    h = x + attn(norm1(x))
-    return x + mlp(norm2(h))
+def _pre_no_residual(x, sublayers):
+    for norm, f in sublayers:
+        x = f(norm(x))
+    return x
 
 
-def _pre_mlp_first(x, attn, mlp, norm1, norm2):
-    h = x + mlp(norm2(x))
-    return h + attn(norm1(h))
+def _pre_stream_normalised(x, sublayers):
+    for norm, f in sublayers:
+        x = norm(x)  # the stream itself replaced by its normalised copy
+        x = x + f(x)
+    return x
+
+
+def _pre_reads_input(x, sublayers):
+    stream = x
+    for norm, f in sublayers:
+        stream = stream + f(norm(x))  # every sublayer reads the block's input
+    return stream
+
+
+def _pre_residual_from_input(x, sublayers):
+    stream = x
+    for norm, f in sublayers:
+        stream = x + f(norm(stream))  # every sum starts again from the block's input
+    return stream
 
 
 PRE_MISTAKES = [
     (
-        "the residual around attention is missing: your h is attention's output alone, so the "
-        "block's input x is lost after the first sublayer",
-        _pre_no_attn_residual,
-    ),
-    (
-        "the residual around the MLP is missing: your block returns the MLP's output alone, so the "
-        "stream after attention is lost",
-        _pre_no_mlp_residual,
-    ),
-    (
-        "neither sublayer has its residual: your block is the two sublayers one after the other, "
-        "and x never reaches the output",
-        _pre_no_residuals,
+        "the residual is missing: each sublayer's output replaces the stream instead of being "
+        "added to it, so the block's input x is lost after the first sublayer",
+        _pre_no_residual,
     ),
     (
         "the norm is applied to the sum, norm(x + f(x)): that is post-norm. In pre-norm the stream "
@@ -127,99 +128,83 @@ PRE_MISTAKES = [
         solution_post_norm_block,
     ),
     (
-        "the stream itself was normalised (x = norm1(x), then x + attn(x)): attention's output is "
-        "added to the normalised copy, so the raw stream never reaches the block's output",
+        "the stream itself was normalised (x = norm(x), then x + f(x)): each sublayer's output is "
+        "added to the normalised copy, so the raw stream never reaches the output",
         _pre_stream_normalised,
     ),
     (
         "the norm is applied to the sublayer's output, x + norm(f(x)); in pre-norm the norm acts on "
-        "what the sublayer reads, not on what it returns",
+        "what the sublayer reads, not on what it returns. Each pair is (norm, f), in that order",
         _norm_on_output,
     ),
     (
-        "norm1 and norm2 are swapped: your attention read the MLP's norm, and the MLP attention's",
-        _pre_norms_swapped,
+        "every sublayer reads the block's input x instead of the stream as the sublayers before it "
+        "left it (feeding all of them from x is the 'parallel' block, a different design)",
+        _pre_reads_input,
     ),
     (
-        "the MLP reads the block's input x instead of the stream after attention (feeding both "
-        "sublayers from x is the 'parallel' block, a different design)",
-        _pre_mlp_reads_input,
+        "each residual adds the block's input x, not the stream so far, so the output of every "
+        "sublayer but the last is lost",
+        _pre_residual_from_input,
     ),
     (
-        "the MLP's residual adds the block's input x, not the stream after attention, so "
-        "attention's contribution is lost from the output",
-        _pre_mlp_residual_from_input,
+        "only the first two sublayers ran: the list holds every sublayer, two per block, and a "
+        "stack of blocks is a longer list; go through all of it",
+        _first_two_only(solution_pre_norm_block),
     ),
     (
-        "the MLP runs before attention; a block runs attention first, then the MLP",
-        _pre_mlp_first,
+        "the sublayers ran from the last to the first; the list is in the order they run, "
+        "attention first",
+        _reversed_order(solution_pre_norm_block),
     ),
     (
-        "no norm is used: neither sublayer reads a normalised copy of the stream",
+        "no norm is used: no sublayer reads a normalised copy of the stream",
         _no_norms,
     ),
 ]
 
 
-def _post_final_norm_forgotten(x, attn, mlp, norm1, norm2):
-    h = norm1(x + attn(x))
-    return h + mlp(h)
+def _post_final_norm_forgotten(x, sublayers):
+    *first, (_, last) = sublayers
+    x = solution_post_norm_block(x, first)
+    return x + last(x)  # the last sum left as it is
 
 
-def _post_first_norm_forgotten(x, attn, mlp, norm1, norm2):
-    h = x + attn(x)
-    return norm2(h + mlp(h))
+def _post_no_residual(x, sublayers):
+    for norm, f in sublayers:
+        x = norm(f(x))
+    return x
 
 
-def _post_no_attn_residual(x, attn, mlp, norm1, norm2):
-    h = norm1(attn(x))
-    return norm2(h + mlp(h))
+def _post_sublayers_read_norms(x, sublayers):
+    for norm, f in sublayers:
+        x = norm(x + f(norm(x)))
+    return x
 
 
-def _post_no_mlp_residual(x, attn, mlp, norm1, norm2):
-    h = norm1(x + attn(x))
-    return norm2(mlp(h))
+def _post_reads_input(x, sublayers):
+    stream = x
+    for norm, f in sublayers:
+        stream = norm(stream + f(x))  # every sublayer reads the block's input
+    return stream
 
 
-def _post_sublayers_read_norms(x, attn, mlp, norm1, norm2):
-    h = norm1(x + attn(norm1(x)))
-    return norm2(h + mlp(norm2(h)))
-
-
-def _post_norms_swapped(x, attn, mlp, norm1, norm2):
-    return solution_post_norm_block(x, attn, mlp, norm2, norm1)
-
-
-def _post_mlp_reads_input(x, attn, mlp, norm1, norm2):
-    h = norm1(x + attn(x))
-    return norm2(h + mlp(x))
-
-
-def _post_mlp_residual_from_input(x, attn, mlp, norm1, norm2):
-    h = norm1(x + attn(x))
-    return norm2(x + mlp(h))
+def _post_residual_from_input(x, sublayers):
+    stream = x
+    for norm, f in sublayers:
+        stream = norm(x + f(stream))  # every sum starts again from the block's input
+    return stream
 
 
 POST_MISTAKES = [
     (
-        "the final norm is forgotten: your block returns the last sum itself; in post-norm every "
+        "the last sum is not normalised: your output is the last sum itself; in post-norm every "
         "sum is normalised, the last one too",
         _post_final_norm_forgotten,
     ),
     (
-        "the first sum is not normalised: the MLP reads x + attn(x) as it is, and so does the last "
-        "residual",
-        _post_first_norm_forgotten,
-    ),
-    (
-        "the residual around attention is missing: your first sum is attention's output alone, "
-        "without x",
-        _post_no_attn_residual,
-    ),
-    (
-        "the residual around the MLP is missing: your last norm reads the MLP's output alone, "
-        "without h",
-        _post_no_mlp_residual,
+        "the residual is missing: each sum is the sublayer's output alone, without the stream",
+        _post_no_residual,
     ),
     (
         "that is pre-norm, x + f(norm(x)): your sublayers read normalised copies and your sums are "
@@ -227,34 +212,51 @@ POST_MISTAKES = [
         solution_pre_norm_block,
     ),
     (
-        "the sublayers read a normalised copy as well; in post-norm attn and mlp read the stream as "
-        "it is, and only the sums are normalised",
+        "the sublayers read a normalised copy as well; in post-norm each f reads the stream as it "
+        "is, and only the sums are normalised",
         _post_sublayers_read_norms,
     ),
     (
         "the norm is applied to the sublayer's output, x + norm(f(x)); post-norm normalises the "
-        "whole sum instead",
+        "whole sum instead. Each pair is (norm, f), in that order",
         _norm_on_output,
     ),
     (
-        "norm1 and norm2 are swapped: your first sum went through the MLP's norm, and the last one "
-        "through attention's",
-        _post_norms_swapped,
+        "every sublayer reads the block's input x instead of the normalised stream the sublayers "
+        "before it left",
+        _post_reads_input,
     ),
     (
-        "the MLP reads the block's input x instead of the normalised stream after attention",
-        _post_mlp_reads_input,
+        "each residual adds the block's input x, not the stream so far, so the output of every "
+        "sublayer but the last is lost",
+        _post_residual_from_input,
     ),
     (
-        "the MLP's residual adds the block's input x, not the normalised stream after attention, so "
-        "attention's contribution is lost",
-        _post_mlp_residual_from_input,
+        "only the first two sublayers ran: the list holds every sublayer, two per block, and a "
+        "stack of blocks is a longer list; go through all of it",
+        _first_two_only(solution_post_norm_block),
     ),
     (
-        "no norm is used: neither of the two sums is normalised",
+        "the sublayers ran from the last to the first; the list is in the order they run, "
+        "attention first",
+        _reversed_order(solution_post_norm_block),
+    ),
+    (
+        "no norm is used: none of the sums is normalised",
         _no_norms,
     ),
 ]
+
+# What a function written for exactly two pairs, (norm1, attn), (norm2, mlp) = sublayers, raises
+# on a longer list.
+UNPACK_HINT = (
+    "the list may hold any number of (norm, f) pairs: two for one block, 2L for a stack of L "
+    "blocks. Go through them in a loop"
+)
+ERROR_HINTS = [("too many values to unpack", UNPACK_HINT), ("list index out of range", UNPACK_HINT)]
+
+# Blocks in the stack, one trial each (picked by the seed): one, two, then three.
+_N_BLOCKS = (3, 1, 2)
 
 
 def _random_block(placement: str, g: torch.Generator) -> Block:
@@ -277,32 +279,45 @@ def _random_block(placement: str, g: torch.Generator) -> Block:
     return block
 
 
+def sublayers_of(blocks) -> list[tuple[Callable, Callable]]:
+    """The (norm, f) pairs of gptlib blocks, in the order they run: [(ln1, attn), (ln2, mlp)]
+    for each block, block after block."""
+    return [pair for b in blocks for pair in ((b.ln1, b.attn), (b.ln2, b.mlp))]
+
+
 def _check_block(name: str, user_fn: Callable, placement: str, mistakes) -> CheckResult:
-    built: dict[str, Block] = {}
+    built: dict[str, list[Block]] = {}
 
     def make_inputs(g: torch.Generator):
-        built["block"] = block = _random_block(placement, g)
+        n_blocks = _N_BLOCKS[g.initial_seed() % len(_N_BLOCKS)]
+        built["blocks"] = blocks = [_random_block(placement, g) for _ in range(n_blocks)]
         x = 2.0 * torch.randn(2, 6, 8, generator=g)  # [B, n, d], a stream not already normalised
-        return x, block.attn, block.mlp, block.ln1, block.ln2
+        return x, sublayers_of(blocks)
 
-    def library_block(x, attn, mlp, norm1, norm2):
-        return built["block"](x)  # gptlib.model.Block, the four modules above are its own
+    def library_blocks(x, sublayers):
+        for block in built["blocks"]:  # gptlib.model.Block, the pairs are its own modules
+            x = block(x)
+        return x
 
     with torch.no_grad():
-        return compare(name, user_fn, library_block, make_inputs, mistakes=mistakes)
+        return compare(
+            name, user_fn, library_blocks, make_inputs, mistakes=mistakes, error_hints=ERROR_HINTS
+        )
 
 
 @solved_by(solution_pre_norm_block)
 def check_pre_norm_block(pre_norm_block) -> CheckResult:
-    """Run `pre_norm_block(x, attn, mlp, norm1, norm2)` on random pre-norm RMSNorm blocks and
-    x [2, 6, 8], against `gptlib.model.Block(norm_placement="pre")` made of the same modules."""
+    """Run `pre_norm_block(x, sublayers)` on the sublayers of one, two and three random pre-norm
+    RMSNorm blocks and x [2, 6, 8], against `gptlib.model.Block(norm_placement="pre")` run block
+    after block."""
     return _check_block("pre_norm_block", pre_norm_block, "pre", PRE_MISTAKES)
 
 
 @solved_by(solution_post_norm_block)
 def check_post_norm_block(post_norm_block) -> CheckResult:
-    """Run `post_norm_block(x, attn, mlp, norm1, norm2)` on random post-norm LayerNorm blocks and
-    x [2, 6, 8], against `gptlib.model.Block(norm_placement="post")` made of the same modules."""
+    """Run `post_norm_block(x, sublayers)` on the sublayers of one, two and three random post-norm
+    LayerNorm blocks and x [2, 6, 8], against `gptlib.model.Block(norm_placement="post")` run
+    block after block."""
     return _check_block("post_norm_block", post_norm_block, "post", POST_MISTAKES)
 
 

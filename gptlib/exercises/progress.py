@@ -350,6 +350,9 @@ def check_notebook(
         if c not in last
     }
     ns = _base_namespace(found.values())
+    unparsed: dict[
+        str, str
+    ] = {}  # check -> the error of an earlier calling cell that failed to parse
     for i, cell in enumerate(cells):
         for node in cell.statements:
             code = compile(ast.Module([node], type_ignores=[]), f"<{path.name}, cell {i}>", "exec")
@@ -359,11 +362,18 @@ def check_notebook(
             except Exception:  # noqa: BLE001,S110  (what does not define now is missing below)
                 pass
         for check, fn_name in cell.calls.items():
+            if cell.error:
+                unparsed[check] = cell.error
             if last.get(check) != i:
                 continue
             on_start(check)
             if cell.error:
                 out[check] = (FAILS, f"the cell that calls {check} does not parse: {cell.error}")
+            elif check in unparsed and fn_name not in ns:  # its definition was in that cell
+                out[check] = (
+                    FAILS,
+                    f"a cell that calls {check} does not parse: {unparsed[check]}",
+                )
             else:
                 out[check] = _verdict(found[check], ns.get(fn_name), timeout)
             on_done(check, *out[check])

@@ -683,3 +683,165 @@ def plot_ladder(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
+
+
+# --- the model at a glance ----------------------------------------------------------------------
+
+# The boxes of the diagram, bottom to top: key -> (label, the notebook that teaches it).
+DIAGRAM_PARTS: dict[str, tuple[str, str]] = {
+    "data": ("text → token ids, windows", "00"),
+    "embeddings": ("token + position embeddings", "01"),
+    "norm1": ("norm", "05"),
+    "qkv": ("Q, K, V projections", "02"),
+    "attention": ("scores, 1/√d_h, causal mask, softmax", "03"),
+    "heads": ("h heads side by side, W_O", "04"),
+    "residual1": ("+ residual", "05"),
+    "norm2": ("norm", "05"),
+    "mlp": ("MLP  d → 4d → d", "06"),
+    "residual2": ("+ residual", "05"),
+    "final_norm": ("final norm", "05"),
+    "logits": ("output head → logits", "07"),
+    "loss": ("loss (training)", "08"),
+    "generation": ("next token (sampling)", "11"),
+}
+# The parts a notebook is about (its "you are here"), by notebook number.
+NOTEBOOK_PARTS: dict[str, tuple[str, ...]] = {
+    "00": ("data",),
+    "01": ("embeddings",),
+    "02": ("qkv",),
+    "03": ("attention",),
+    "04": ("qkv", "attention", "heads"),
+    "05": ("norm1", "residual1", "norm2", "residual2", "final_norm"),
+    "06": ("mlp",),
+    "07": ("logits",),
+    "08": ("loss",),
+    "09": ("loss",),
+    "10": ("loss",),
+    "11": ("generation",),
+    "12": ("qkv", "attention", "generation"),
+    "13": tuple(DIAGRAM_PARTS),
+    "14": ("data",),
+    "15": tuple(DIAGRAM_PARTS),
+}
+# Notes drawn beside the diagram: what a notebook adds that is not a box of its own.
+NOTEBOOK_NOTES: dict[str, str] = {
+    "09": "training: the loss's gradient moves every weight (AdamW, schedule, clipping)",
+    "10": "what goes wrong in training, one failure at a time",
+    "12": "KV cache: keys and values kept between decoding steps",
+    "13": "your own GPT: every box, from plain tensors",
+    "14": "BPE: bytes → merges → GPT-2's 50,257 tokens",
+    "15": "GPT-2: the same boxes, 12 blocks of d = 768",
+}
+
+
+def plot_model_diagram(notebook: str | None = None, highlight: Sequence[str] = ()) -> Figure:
+    """The GPT of this course as a stack of boxes, bottom (text) to top (next token), each box
+    labelled with what it computes and the notebook that teaches it. `notebook` ("03") highlights
+    what that notebook builds ("you are here"); `highlight` names boxes (keys of DIAGRAM_PARTS)
+    to highlight instead. The block (norm → attention → residual → norm → MLP → residual) is
+    framed and marked × L: it repeats."""
+    if notebook is not None:
+        if notebook not in NOTEBOOK_PARTS:
+            raise ValueError(
+                f"unknown notebook {notebook!r}; the notebooks are {', '.join(NOTEBOOK_PARTS)}"
+            )
+        highlight = NOTEBOOK_PARTS[notebook]
+    unknown = [h for h in highlight if h not in DIAGRAM_PARTS]
+    if unknown:
+        raise ValueError(
+            f"unknown part(s) {', '.join(map(repr, unknown))}; the parts are "
+            f"{', '.join(DIAGRAM_PARTS)}"
+        )
+    # One row per box, bottom to top; the loss (training) and sampling (generation) share the
+    # top row: both read the logits.
+    keys = [k for k in DIAGRAM_PARTS if k != "generation"]
+    rows = {k: (i, 0.0, 1.0) for i, k in enumerate(keys)}  # key -> (row, x from, x to) in width
+    top = len(keys) - 1
+    rows["loss"] = (top, 0.0, 0.49)
+    rows["generation"] = (top, 0.51, 1.0)
+    fig = plt.figure(figsize=(6.4, 5.6))
+    plt.close(fig)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.6, len(keys) + 0.9)
+    ax.axis("off")
+    x0, width, height = 1.2, 5.6, 0.66
+    block = [keys.index("norm1"), keys.index("residual2")]
+    ax.add_patch(
+        plt.Rectangle(
+            (x0 - 0.25, block[0] - 0.12),
+            width + 0.5,
+            block[1] - block[0] + height + 0.24,
+            fill=False,
+            linestyle="--",
+            edgecolor="0.45",
+            linewidth=1.0,
+        )
+    )
+    ax.text(
+        x0 + width + 0.35,
+        (block[0] + block[1] + height) / 2,
+        "block\n× L",
+        va="center",
+        fontsize=9,
+        color="0.3",
+    )
+    for key, (label, where) in DIAGRAM_PARTS.items():
+        i, a, b = rows[key]
+        on = key in highlight
+        left, w = x0 + a * width, (b - a) * width
+        ax.add_patch(
+            plt.Rectangle(
+                (left, i),
+                w,
+                height,
+                facecolor=HIGHLIGHT if on else "0.93",
+                edgecolor="0.2" if on else "0.6",
+                linewidth=1.6 if on else 0.8,
+            )
+        )
+        ax.text(
+            left + 0.12,
+            i + height / 2,
+            label,
+            va="center",
+            fontsize=9,
+            fontweight="bold" if on else "normal",
+            gid=f"part:{key}",
+            wrap=True,
+        )
+        ax.text(left + w - 0.1, i + 0.12, where, va="bottom", ha="right", fontsize=7, color="0.35")
+        if i and key != "generation":
+            ax.annotate(
+                "",
+                (x0 + width / 2, i),
+                (x0 + width / 2, i - 1 + height),
+                arrowprops={"arrowstyle": "->", "color": "0.4", "lw": 0.8},
+            )
+    for a, b in (("embeddings", "residual1"), ("residual1", "residual2")):  # the residual path
+        ia, ib = keys.index(a), keys.index(b)
+        xr = x0 - 0.6
+        ax.plot(
+            [x0, xr, xr, x0],
+            [ia + height / 2, ia + height / 2, ib + height / 2, ib + height / 2],
+            color="tab:green",
+            lw=1.0,
+        )
+    ax.text(
+        x0 - 0.75,
+        (keys.index("residual1") + 1) / 2 + 1.3,
+        "residual\nstream",
+        rotation=90,
+        va="center",
+        ha="center",
+        fontsize=8,
+        color="tab:green",
+    )
+    title = "The GPT of this course"
+    if notebook is not None:
+        title += f": notebook {notebook} (highlighted)"
+    ax.text(5, len(keys) + 0.45, title, ha="center", fontsize=11)
+    note = NOTEBOOK_NOTES.get(notebook or "")
+    if note:
+        ax.text(5, -0.4, note, ha="center", fontsize=9, style="italic", color="0.25")
+    return fig

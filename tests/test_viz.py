@@ -455,3 +455,33 @@ def test_import_rules():
         if path.name not in ("viz.py", "widgets.py"):
             assert not any(name.endswith("viz") for name in imports(path)), path
     assert matplotlib.get_backend().lower() == "agg"
+
+
+def test_model_diagram_highlights_what_a_notebook_builds():
+    from pathlib import Path
+
+    from matplotlib.colors import to_rgba
+
+    numbers = {
+        p.name[:2] for p in (Path(__file__).parent.parent / "notebooks").glob("[0-9]*.ipynb")
+    }
+    assert numbers <= set(viz.NOTEBOOK_PARTS)
+    for notebook, parts in viz.NOTEBOOK_PARTS.items():
+        fig = viz.plot_model_diagram(notebook)
+        ax = fig.axes[0]
+        lit = [p for p in ax.patches if p.get_facecolor() == to_rgba(viz.HIGHLIGHT)]
+        assert len(lit) == len(parts), notebook
+        bold = {t.get_gid() for t in ax.texts if t.get_fontweight() == "bold"}
+        assert bold == {f"part:{p}" for p in parts}, notebook
+        assert f"notebook {notebook}" in "".join(t.get_text() for t in ax.texts)
+    plain = viz.plot_model_diagram()
+    assert not [p for p in plain.axes[0].patches if p.get_facecolor() == to_rgba(viz.HIGHLIGHT)]
+    labels = {t.get_gid() for t in plain.axes[0].texts if t.get_gid()}
+    assert labels == {f"part:{k}" for k in viz.DIAGRAM_PARTS}
+
+
+def test_model_diagram_refuses_unknown_parts():
+    with pytest.raises(ValueError, match="unknown notebook '99'; the notebooks are 00"):
+        viz.plot_model_diagram("99")
+    with pytest.raises(ValueError, match="unknown part\\(s\\) 'softmax'; the parts are data"):
+        viz.plot_model_diagram(highlight=["softmax"])

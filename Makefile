@@ -7,7 +7,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 # processes on a 2-core machine run several times slower than two 1-thread ones.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 
-.PHONY: install lab test lint unit nbval nbval-native browser notebooks assets benchmark clean
+.PHONY: install lab test lint unit nbval nbval-native browser notebooks assets figures benchmark clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -62,6 +62,10 @@ notebooks: install
 
 assets: install
 	PATH=$(VENV)/bin:$$PATH bash assets/regenerate.sh
+
+# The README's pictures, drawn by gptlib (assets/figures.py)
+figures: install
+	$(PY) assets/figures.py
 
 benchmark: install
 	$(PY) benchmarks/train_throughput.py

@@ -65,3 +65,15 @@ def test_tang300_asset_reaches_its_stated_val_loss():
     val = estimate_loss(ck.model, corpus.val, n_batches=50)
     assert val == pytest.approx(FIGURES["tang300-small.pt"], abs=2e-3)
     assert val < 6.8632 - 1.0  # far better than the bigram baseline on the same poems
+
+
+def test_readme_figures_are_what_the_code_draws(tmp_path):
+    """`make figures` redraws assets/figures/ byte for byte: the README shows the code's output."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("figures", os.path.join(ASSETS, "figures.py"))
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    for path in figures.write(tmp_path):
+        with open(path, "rb") as new, open(os.path.join(ASSETS, "figures", path.name), "rb") as old:
+            assert new.read() == old.read(), f"assets/figures/{path.name}: run `make figures`"

@@ -458,3 +458,12 @@ def test_a_definition_that_does_not_parse_is_named_at_a_later_call(tmp_path):
     state, detail = check_notebook(path, ["check_gpt_forward"])["check_gpt_forward"]
     assert state == FAILS
     assert detail.startswith("a cell that calls check_gpt_forward does not parse: SyntaxError")
+
+
+def test_the_readme_counts_the_exercises():
+    readme = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8")
+    optional = sum(e.optional for e in EXERCISES)
+    assert (
+        f"{len(EXERCISES)} of them ({len(EXERCISES) - optional} required, {optional} marked "
+        "optional)" in readme.replace("\n", " ")
+    )

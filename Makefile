@@ -73,6 +73,7 @@ benchmark: install
 	$(PY) benchmarks/generate_speed.py
 	$(PY) benchmarks/bpe_speed.py
 	$(PY) benchmarks/gpt2_vs_hf.py
+	$(PY) benchmarks/norm_speed.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -97,6 +97,36 @@ class Table:
         return (
             f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{footer}"
         )
+
+
+def columns_table(
+    columns: Mapping[str, Sequence],
+    decimals: int | Mapping[str, int] = 2,
+    title: str | None = None,
+    footer: str | None = None,
+) -> Table:
+    """A `Table` built column by column: `columns` maps each header to its values, all of one
+    length. Floats (and one-element tensors holding a float) are shown with `decimals` decimals,
+    one number for every column or a mapping from header to decimals (2 for a header it leaves
+    out); ints and everything else are shown as given."""
+    lengths = {name: len(values) for name, values in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"columns of different lengths: {lengths}")
+
+    def show(name: str, value):
+        if isinstance(value, torch.Tensor):
+            value = value.item()
+        if not isinstance(value, float):
+            return value
+        places = decimals.get(name, 2) if isinstance(decimals, Mapping) else decimals
+        return f"{value:.{places}f}"
+
+    names = list(columns)
+    rows = [
+        [show(name, value) for name, value in zip(names, row, strict=True)]
+        for row in zip(*columns.values(), strict=True)
+    ]
+    return Table(names, rows, title=title, footer=footer)
 
 
 # ---------------------------------------------------------------------------------------------

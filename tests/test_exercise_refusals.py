@@ -46,6 +46,7 @@ CHECKS = {
     "cached_attention": ex.check_gpt_cached_attention,
     "forward_cached": ex.check_gpt_forward_cached,
     "merge": ex.check_merge,
+    "to_gptlib": ex.check_to_gptlib,
 }
 ENTRIES = [(name, r) for name, refusals in REFUSALS.items() for r in refusals]
 TINY = textbook(5, block_size=8, n_layer=1, n_head=2, n_embd=8)

@@ -194,3 +194,32 @@ def test_core_questions_all_point_at_a_notebook(glossary):
 def test_readme_links_the_glossary():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert re.search(r"\]\(\.?/?GLOSSARY\.md\)", readme), "README.md does not link GLOSSARY.md"
+
+
+# The pitfalls (易错点) of textbook chapter 2, per section, and the failures of chapter 3, section
+# 3.4: one row each in the Pitfalls table, so that every pitfall names its own demonstration.
+CHAPTER_2_PITFALLS = {
+    "embeddings": 2,
+    "block": 2,
+    "Q/K/V": 2,
+    "attention": 2,
+    "multi-head": 2,
+    "residual": 3,
+    "MLP": 2,
+    "output head": 2,
+    "loss": 2,
+}
+SECTION_3_4_FAILURES = 8
+
+
+def test_pitfalls_have_one_row_each(glossary):
+    bodies = [body for header, body in _tables(glossary) if header and header[0] == "Pitfall"]
+    assert len(bodies) == 1, "GLOSSARY.md should have one Pitfalls table"
+    per_section: dict[str, int] = {}
+    for row in bodies[0]:
+        assert len(row) == 3 and "](notebooks/" in row[2], f"malformed pitfall row: {row}"
+        first = row[1].split(";")[0].strip()  # the section the pitfall is listed under
+        per_section[first] = per_section.get(first, 0) + 1
+    chapter_2 = {k.removeprefix("2, "): v for k, v in per_section.items() if k.startswith("2, ")}
+    assert chapter_2 == CHAPTER_2_PITFALLS, f"chapter 2 pitfalls per section: {chapter_2}"
+    assert per_section.get("3.4") == SECTION_3_4_FAILURES, per_section

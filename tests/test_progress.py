@@ -181,6 +181,14 @@ _CAPSTONE_QKV = """\
 # For every exercise with refusals, the reader's function written as a call of the library
 # function that does its job: the stub's whole definition, as the notebook names it.
 SHORTCUTS = {
+    "check_to_gptlib": """\
+def to_gptlib(hf_state):
+    from gptlib.config import gpt2
+    from gptlib.gpt2 import gptlib_state_dict
+
+    cfg = gpt2(vocab_size=11, block_size=6, n_layer=2, n_head=2, n_embd=8)
+    return gptlib_state_dict(hf_state, cfg)
+""",
     "check_encode_stream": """\
 def encode_stream(documents, tokenizer):
     from gptlib.data import encode_documents

@@ -244,3 +244,19 @@ def test_a_numeric_hint_keeps_a_plain_number():
     assert (
         symbolic_shape((3, 5), cfg, B=3, n=8, hint=("B", "1")) == "[B, 5]"
     )  # hint must equal size
+
+
+def test_columns_table_rounds_floats_per_column():
+    from gptlib.shapes import columns_table
+
+    t = columns_table(
+        {"d_k": [4, 64], "entropy": [2.3812, torch.tensor(0.4137)], "grad": [0.28149, 0.1]},
+        decimals={"grad": 3},
+        title="T",
+    )
+    assert t.columns == ["d_k", "entropy", "grad"]
+    assert t.rows == [[4, "2.38", "0.281"], [64, "0.41", "0.100"]]  # ints stay numbers
+    assert str(t).splitlines()[3] == "  4  2.38     0.281"
+    assert columns_table({"x": [1.23456]}, decimals=4).rows == [["1.2346"]]
+    with pytest.raises(ValueError, match="different lengths"):
+        columns_table({"a": [1, 2], "b": [1.0]})

@@ -410,6 +410,27 @@ HINTS: dict[str, Hint] = {
         "forward by one.\n"
         "3. Return the new list: n minus the number of merges ints.",
     ),
+    # --- notebook 15 ----------------------------------------------------------------------------
+    "check_to_gptlib": Hint(
+        "Two jobs, done name by name: give every tensor gptlib's name, and give it gptlib's "
+        "layout. Only one kind of tensor changes layout: the weight of a Conv1D layer (c_attn, "
+        "c_proj and c_fc, four per block), which GPT-2 keeps as [in, out] and nn.Linear as "
+        "[out, in]. Decide that from the layer's name, never from its shape: the attention's "
+        "c_proj is square. Tables, norms and biases keep their numbers as they are, and c_attn's "
+        "q | k | v order is already the order gptlib's qkv uses.",
+        "hf_state: GPT-2's name -> tensor; the result: gptlib's name -> tensor.\n"
+        "1. A name without its 'transformer.' prefix: wte, wpe, ln_f, or h.<i>.<part>.<param>; "
+        "lm_head.weight has no prefix.\n"
+        "2. wte becomes tok_emb and wpe becomes pos_emb; ln_f and lm_head keep their names (the "
+        "tied head is the token table's tensor, and gptlib's state dict lists it too).\n"
+        "3. In block i, the part is renamed: ln_1 to ln1, attn.c_attn to attn.qkv, attn.c_proj "
+        "to attn.proj, ln_2 to ln2, mlp.c_fc to mlp.fc, mlp.c_proj to mlp.proj, under "
+        "blocks.<i>.\n"
+        "4. The weight of those four Conv1D parts is transposed: [d, 3d] to [3d, d], [d, 4d] to "
+        "[4d, d], [4d, d] to [d, 4d], and the square [d, d] of attn.c_proj to [d, d], the same "
+        "shape with its rows and columns swapped; their biases and both norms' parameters stay "
+        "1-D and unchanged.",
+    ),
 }
 
 _shown: dict[str, int] = {}  # check name -> the last step shown

@@ -98,6 +98,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("check_gpt_cached_attention", "13", 3, 25),
     Exercise("check_gpt_forward_cached", "13", 2, 15),
     Exercise("check_merge", "14", 2, 15),
+    Exercise("check_to_gptlib", "15", 2, 20),
 )
 
 SOLVED, NOT_WRITTEN, FAILS, NOT_FOUND = "solved", "not written yet", "fails", "not found"

@@ -139,6 +139,15 @@ REFUSALS: dict[str, tuple[Refusal, ...]] = {
     "forward_cached": (_MODEL, _BLOCK, _ATTENTION_MODULE),
     # 14 byte-pair encoding
     "merge": (Refusal("gptlib.bpe.merge_pair", "gptlib.bpe.merge_pair"),),
+    # 15 GPT-2: the converter is the exercise; gptlib_name renames and says what to transpose
+    "to_gptlib": (
+        Refusal("gptlib.gpt2.gptlib_state_dict", "gptlib.gpt2.gptlib_state_dict"),
+        Refusal(
+            "gptlib.gpt2.gptlib_name",
+            "gptlib.gpt2.gptlib_name",
+            "renames every tensor and says which to transpose, the whole exercise",
+        ),
+    ),
 }
 
 

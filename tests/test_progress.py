@@ -475,3 +475,12 @@ def test_the_readme_counts_the_exercises():
         f"{len(EXERCISES)} of them ({len(EXERCISES) - optional} required, {optional} marked "
         "optional)" in readme.replace("\n", " ")
     )
+
+
+def test_a_relative_folder_is_read(tmp_path, monkeypatch):
+    """`python -m gptlib progress notebooks`, run from the course's root: the checks run in a
+    child process started in that folder, which must still find the files."""
+    _copy(tmp_path, ["00"])
+    monkeypatch.chdir(tmp_path)
+    rows = [r for r in collect("notebooks", timeout=60) if r.exercise.notebook == "00"]
+    assert [r.shown for r in rows] == ["not written yet"]

@@ -505,7 +505,7 @@ def _run_children(
 
 def collect(notebook_dir: str | os.PathLike | None = None, timeout: float = 60.0) -> list[Row]:
     """Every exercise of the course with its state in the notebooks of `notebook_dir`."""
-    folder = Path(notebook_dir) if notebook_dir is not None else default_notebook_dir()
+    folder = (Path(notebook_dir) if notebook_dir is not None else default_notebook_dir()).resolve()
     if not folder.is_dir():
         raise FileNotFoundError(f"no notebook folder {folder}")
     files = {ex.notebook: sorted(folder.glob(f"{ex.notebook}_*.ipynb")) for ex in EXERCISES}

@@ -45,6 +45,7 @@ from gptlib.data import sample_batch
 from gptlib.exercises.capstone import (
     ASSET,
     _weights,
+    _with_pieces,
     flat_names,
     forward,
     gpt_weights,
@@ -526,16 +527,6 @@ def _first(name: str, piece: str, result: CheckResult) -> CheckResult:
     return CheckResult(False, "\n".join(lines))
 
 
-def _with_reference(fn: Callable, replacements: dict[str, Callable]) -> Callable:
-    from gptlib.exercises.capstone import _pieces_replaced
-
-    def run(*args):
-        with _pieces_replaced(fn, replacements):
-            return fn(*args)
-
-    return run
-
-
 @solved_by(train_gpt)
 def check_gpt_train(fn: Callable) -> CheckResult:
     """`train_gpt(forward_fn, w, optimizer, ...)` with the reference forward, on trainable
@@ -549,7 +540,7 @@ def check_gpt_train(fn: Callable) -> CheckResult:
         result = check_gpt_loss(own_loss)
         if not result:
             return _first(name, "gpt_loss", result)
-    user = guard(name, _with_reference(fn, {"gpt_loss": gpt_loss}) if own_loss else fn)
+    user = guard(name, _with_pieces(fn, {"gpt_loss": gpt_loss}) if own_loss else fn)
     steps = TRAIN_SETTINGS["steps"]
     for seed in TRAIN_SEEDS:
         w, tokens = _train_setup(seed)
@@ -912,7 +903,7 @@ def check_gpt_cached_attention(fn: Callable) -> CheckResult:
     for case in CACHED_CASES:
         result = compare(
             name,
-            _guarded_as(fn, flat),
+            flat,
             lambda *a: _flat(cached_attention(*a)),
             _cached_inputs(case),
             mistakes=CACHED_MISTAKES,
@@ -929,12 +920,6 @@ def check_gpt_cached_attention(fn: Callable) -> CheckResult:
         f"✓ {name}: matches the reference for a prefill, a decode step and a chunk of three "
         "new tokens, output and cache",
     )
-
-
-def _guarded_as(fn: Callable, wrapper: Callable) -> Callable:
-    """wrapper, refused where fn's own calls are: `guard` looks at the function it is given."""
-    wrapper.__wrapped__ = fn
-    return wrapper
 
 
 def _fc(w, idx, cache, n_head, *, positions="cached", store=True, append=False):
@@ -1007,7 +992,7 @@ def check_gpt_forward_cached(fn: Callable) -> CheckResult:
         if not result:
             return _first(name, piece, result)
         replacements[piece] = globals()[piece]
-    user = guard(name, _with_reference(fn, replacements) if replacements else fn)
+    user = guard(name, _with_pieces(fn, replacements) if replacements else fn)
     model = load_asset(ASSET).model
     w, n_head = gpt_weights(model), model.cfg.n_head
     idx = torch.randint(

@@ -153,13 +153,13 @@ HINTS: dict[str, Hint] = {
     ),
     # --- notebook 07 ----------------------------------------------------------------------------
     "check_temperature_probs": Hint(
-        "The temperature divides the logits before the softmax: below 1 it spreads them apart "
-        "(sharper), above 1 it squeezes them together (flatter). As T shrinks towards 0 all the "
-        "mass goes to the largest logit, so T = 0 is a case of its own (greedy), not a division "
+        "The temperature τ divides the logits before the softmax: below 1 it spreads them apart "
+        "(sharper), above 1 it squeezes them together (flatter). As τ shrinks towards 0 all the "
+        "mass goes to the largest logit, so τ = 0 is a case of its own (greedy), not a division "
         "by zero.",
-        "T = 0: the index of each row's largest logit, [B], made into a one-hot row over the V "
+        "τ = 0: the index of each row's largest logit, [B], made into a one-hot row over the V "
         "tokens, [B, V], in the logits' float dtype.\n"
-        "Otherwise: logits [B, V] divided by T, then the softmax over the last axis (the V "
+        "Otherwise: logits [B, V] divided by τ, then the softmax over the last axis (the V "
         "tokens): [B, V], each row summing to 1.",
     ),
     # --- notebook 08 ----------------------------------------------------------------------------

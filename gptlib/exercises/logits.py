@@ -19,7 +19,7 @@ __all__ = ["check_temperature_probs", "solution_temperature_probs"]
 
 def solution_temperature_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     if temperature == 0:
-        # The limit T -> 0 of softmax(logits / T): all the mass on the largest logit.
+        # The limit τ -> 0 of softmax(logits / τ): all the mass on the largest logit.
         return F.one_hot(logits.argmax(dim=-1), logits.size(-1)).to(logits.dtype)  # [B, V]
     return (logits / temperature).softmax(dim=-1)  # [B, V], each row sums to 1
 
@@ -59,21 +59,21 @@ MISTAKES = [
         _zero_uniform,
     ),
     (
-        "the logits are multiplied by the temperature: your distribution gets flatter as T falls "
+        "the logits are multiplied by the temperature: your distribution gets flatter as τ falls "
         "and sharper as it rises, the opposite of what a temperature does",
         _multiplied,
     ),
     (
         "the temperature is applied after the softmax: your rows no longer sum to 1 (they sum to 1 "
-        "/ T) and their shape is that of T = 1",
+        "/ τ) and their shape is that of τ = 1",
         _after_softmax,
     ),
     (
-        "the temperature has no effect: your output is the plain softmax whatever T is",
+        "the temperature has no effect: your output is the plain softmax whatever τ is",
         _ignored,
     ),
     (
-        "temperature 0 divides by zero, and your rows hold inf or nan; T = 0 stands for greedy "
+        "temperature 0 divides by zero, and your rows hold inf or nan; τ = 0 stands for greedy "
         "decoding, not a division",
         _zero_divides,
     ),
@@ -98,7 +98,7 @@ def _inputs() -> Callable[[torch.Generator], tuple]:
 
 @solved_by(solution_temperature_probs)
 def check_temperature_probs(temperature_probs: Callable) -> CheckResult:
-    """Run `temperature_probs(logits, T)` on random [4, 11] logits at T = 0.5, 2 and 0."""
+    """Run `temperature_probs(logits, τ)` on random [4, 11] logits at τ = 0.5, 2 and 0."""
     return compare(
         "temperature_probs",
         temperature_probs,

@@ -43,7 +43,7 @@ nbval: install
 nbval-native: install
 	PY=$(PY) bash tests/notebook_arithmetic.sh native $(NOTEBOOKS)
 
-# JupyterLab in headless Chromium: run notebooks 04 and 07 and move their sliders, type a wrong
+# JupyterLab in headless Chromium: run notebooks 04 and 08 and move their sliders, type a wrong
 # and then a correct exercise body into notebook 03, check the page.
 # Screenshots (and, on failure, the console and server logs) go to test-artifacts/browser/.
 browser: install

@@ -34,7 +34,7 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Notebook 05 writes the formula out step by step and checks it equals this; here one
+        # Notebook 06 writes the formula out step by step and checks it equals this; here one
         # fused kernel computes it (a training step of the textbook-preset model spends about a
         # sixth of its time in nine LayerNorms when they are written as separate operations).
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)

@@ -1,4 +1,4 @@
-"""Notebook 13 as a reader who solved every exercise runs it: each stub replaced by its reference
+"""Notebook 14 as a reader who solved every exercise runs it: each stub replaced by its reference
 solution (what `show_solution` prints), the notebook executed top to bottom. Every cell after the
 checks must then use the reader's functions, not gptlib standing in: the reader's model trains to
 gptlib's loss curve, samples gptlib's names, decodes the same tokens with its own cache, and
@@ -77,7 +77,7 @@ def _ladder_column(text: str) -> list[str]:
 def solved():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for e in EXERCISES:
-        if e.notebook == "13":
+        if e.notebook == "14":
             check = getattr(ex, e.check)
             name = _checked_name(nb.cells, e.check)
             _fill(nb.cells, name, _solution(check, name))
@@ -92,7 +92,7 @@ def _output_of(nb, fragment: str) -> str:
 
 def test_every_check_passes(solved):
     for e in EXERCISES:
-        if e.notebook == "13":
+        if e.notebook == "14":
             out = _output_of(solved, f"\n{e.check}(")
             assert out.startswith("✓"), (e.check, out)
 

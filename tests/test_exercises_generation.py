@@ -1,4 +1,4 @@
-"""Notebook 11's checks: the top-k / top-p filter and the whole sampling step. The stubs say they
+"""Notebook 12's checks: the top-k / top-p filter and the whole sampling step. The stubs say they
 are not written yet, the references pass, and each typical mistake gets its own hint."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Notebook 15's check: GPT-2's state dict in gptlib's layout. The stub says it is not written
+"""Notebook 16's check: GPT-2's state dict in gptlib's layout. The stub says it is not written
 yet, the reference passes and agrees with gptlib's converter, each typical slip gets its own
 hint, and the library's converter is refused while the reader's function runs."""
 

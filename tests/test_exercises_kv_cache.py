@@ -1,4 +1,4 @@
-"""Notebook 12's check: the whole cached decode step. The stub says it is not written yet, the
+"""Notebook 13's check: the whole cached decode step. The stub says it is not written yet, the
 reference passes, and each typical mistake gets its own hint."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Notebook 05's checks: residual sublayers in both placements and RMSNorm's backward pass. Each
+"""Notebook 06's checks: residual sublayers in both placements and RMSNorm's backward pass. Each
 stub gets the not-written line, each reference solution passes, each listed mistake gets its own
 hint."""
 

@@ -376,8 +376,8 @@ def test_every_library_shortcut_is_refused(tmp_path, check):
 
 
 def test_a_later_cell_that_rewrites_the_function_counts(tmp_path):
-    folder = _copy(tmp_path, ["07"])
-    path = _notebook(folder, "07")
+    folder = _copy(tmp_path, ["08"])
+    path = _notebook(folder, "08")
     nb = json.loads(path.read_text())
     solution = _solution_source(ex.check_temperature_probs, "temperature_probs")
     nb["cells"].append(
@@ -403,15 +403,15 @@ def test_a_cell_that_does_not_parse_fails_its_check(tmp_path):
 
 
 def test_missing_notebooks_and_calls_are_reported(tmp_path):
-    folder = _copy(tmp_path, ["02", "06"])
+    folder = _copy(tmp_path, ["02", "07"])
     (folder / "02_qkv.ipynb").write_text(json.dumps({"cells": []}))
-    (folder / "06_mlp.ipynb").write_text("{not json")
+    (folder / "07_mlp.ipynb").write_text("{not json")
     rows = collect(folder, timeout=30)
     states = _states(rows)
     assert states.pop("check_qkv_split") == (
         "not found: 02_qkv.ipynb has no check_qkv_split(...) call on the reader's function"
     )
-    assert states.pop("check_mlp").startswith("fails: 06_mlp.ipynb cannot be read: ")
+    assert states.pop("check_mlp").startswith("fails: 07_mlp.ipynb cannot be read: ")
     assert {state.split(":")[0] for state in states.values()} == {NOT_FOUND}
     assert "no notebook 00_*.ipynb in" in states["check_encode_stream"]
 
@@ -458,10 +458,10 @@ def test_progress_is_importable_from_a_notebook():
 
 
 def test_a_definition_that_does_not_parse_is_named_at_a_later_call(tmp_path):
-    """Notebook 13 calls check_gpt_forward again after its exercise cell (to pick the forward the
+    """Notebook 14 calls check_gpt_forward again after its exercise cell (to pick the forward the
     later cells use): a syntax error in the exercise cell is still what the table reports."""
-    folder = _copy(tmp_path, ["13"])
-    path = _notebook(folder, "13")
+    folder = _copy(tmp_path, ["14"])
+    path = _notebook(folder, "14")
     _fill(path, "forward", "def forward(w, idx, n_head)\n    return idx\n")
     state, detail = check_notebook(path, ["check_gpt_forward"])["check_gpt_forward"]
     assert state == FAILS

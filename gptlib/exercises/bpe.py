@@ -1,4 +1,4 @@
-"""Notebook 14 exercise: the merge step of byte-pair encoding.
+"""Notebook 15 exercise: the merge step of byte-pair encoding.
 
 The reader writes `merge(ids, pair, new_id)`: walk the list left to right and replace every
 occurrence of the adjacent pair (a, b) by new_id, consuming both; elsewhere keep the id. In a run

@@ -1,4 +1,4 @@
-"""Notebook 13, the capstone: the whole microgpt forward pass, written from plain tensors.
+"""Notebook 14, the capstone: the whole microgpt forward pass, written from plain tensors.
 
 The reader writes six functions, each checked on its own on random inputs, then all together:
 

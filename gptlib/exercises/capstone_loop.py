@@ -1,21 +1,21 @@
-"""Notebook 13, second half: the reader's GPT learns, speaks and keeps a cache.
+"""Notebook 14, second half: the reader's GPT learns, speaks and keeps a cache.
 
 With a forward pass of their own (`gptlib.exercises.capstone`), the reader writes, still from
 plain tensors:
 
-- `gpt_loss(forward_fn, w, idx, labels, n_head)`: the shifted cross-entropy of notebook 08 on the
+- `gpt_loss(forward_fn, w, idx, labels, n_head)`: the shifted cross-entropy of notebook 09 on the
   logits of `forward_fn`; labels of -100 are not scored.
 - `train_gpt(forward_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed,
-  n_head)`: notebook 09's loop for a dict of tensors: each step the warmup + cosine rate on every
+  n_head)`: notebook 10's loop for a dict of tensors: each step the warmup + cosine rate on every
   group, a batch from one generator seeded `seed`, the loss, zero_grad, backward, the global
   gradient clipped, step. Returns the `steps` losses; it must give `gptlib.train.train`'s losses
   and final weights.
 - `sample_names(forward_fn, w, n_head, bos, num, generator, temperature=1.0, top_k=None,
-  max_len=40)`: notebook 11's sampler: every row starts at BOS, the last `T` tokens at most go
+  max_len=40)`: notebook 12's sampler: every row starts at BOS, the last `T` tokens at most go
   through the forward, the last position's logits are divided by the temperature and cut to the
   `top_k` largest, one token is drawn per row, and the loop ends when every row has drawn BOS.
   Returns each name's ids (without the BOS around it): those of `gptlib.generate.sample_documents`.
-- `cached_attention(x, w_qkv, w_proj, n_head, past)`: notebook 12's attention for new tokens
+- `cached_attention(x, w_qkv, w_proj, n_head, past)`: notebook 13's attention for new tokens
   only: their q, k, v, the keys and values `past` holds in front of theirs, every new query
   seeing every key up to its own position. Returns (output, (k, v)) with every key and value so
   far.
@@ -103,7 +103,7 @@ def gpt_loss(forward_fn, w, idx, labels, n_head):
 def train_gpt(
     forward_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed, n_head
 ):
-    """Notebook 09's training loop for a dict of weights; returns the `steps` losses."""
+    """Notebook 10's training loop for a dict of weights; returns the `steps` losses."""
     g = torch.Generator().manual_seed(seed)  # one generator, made once: train()'s batches
     T = w["pos_emb"].shape[0]
     params = [p for group in optimizer.param_groups for p in group["params"]]  # every weight
@@ -433,7 +433,7 @@ def _plain_loop(
 
 
 def _train_mistakes() -> list[tuple[str, Callable]]:
-    """Notebook 09's slips (the same words), made on a dict of weights."""
+    """Notebook 10's slips (the same words), made on a dict of weights."""
     from gptlib.exercises.training import LOOP_MISTAKES
 
     switches = {

@@ -1,4 +1,4 @@
-"""Notebook 11, generation: the top-k / top-p filter, and (optional) a whole sampling step.
+"""Notebook 12, generation: the top-k / top-p filter, and (optional) a whole sampling step.
 
 `filter_logits(logits, top_k, top_p)`: logits [B, V] -> logits [B, V] with the removed tokens at
 -inf (a very large negative number is accepted too). top_k keeps the k largest logits of each row,

@@ -1,4 +1,4 @@
-"""Notebook 15, GPT-2's weights in gptlib's layout.
+"""Notebook 16, GPT-2's weights in gptlib's layout.
 
 `to_gptlib(hf_state)`: the state dict of Hugging Face's `GPT2LMHeadModel` (names such as
 'transformer.h.0.attn.c_attn.weight'; its linear layers are `Conv1D`, whose weight is [in, out]

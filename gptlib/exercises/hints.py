@@ -100,7 +100,7 @@ HINTS: dict[str, Hint] = {
         "2. The last two axes merged (a reshape, which may copy; a view refuses here): "
         "[B, n, h * d_h] = [B, n, d].",
     ),
-    # --- notebook 05 ----------------------------------------------------------------------------
+    # --- notebook 06 ----------------------------------------------------------------------------
     "check_pre_norm_block": Hint(
         "Every sublayer follows the same rule, so write the rule once and apply it to each "
         "(norm, f) pair in turn, in the order of the list: two pairs for one block, 2L for a "
@@ -140,7 +140,7 @@ HINTS: dict[str, Hint] = {
         "by r: grad_x [..., d].\n"
         "5. Return the pair (grad_x, grad_weight).",
     ),
-    # --- notebook 06 ----------------------------------------------------------------------------
+    # --- notebook 07 ----------------------------------------------------------------------------
     "check_mlp": Hint(
         "Two linear layers with the nonlinearity between them, each position on its own: widen "
         "to 4d, activate, come back to d. The weights are stored [out, in], so each layer "
@@ -151,7 +151,7 @@ HINTS: dict[str, Hint] = {
         "3. That times w_proj transposed, [4d, d]: [B, n, d]. Nothing comes after the second "
         "layer.",
     ),
-    # --- notebook 07 ----------------------------------------------------------------------------
+    # --- notebook 08 ----------------------------------------------------------------------------
     "check_temperature_probs": Hint(
         "The temperature τ divides the logits before the softmax: below 1 it spreads them apart "
         "(sharper), above 1 it squeezes them together (flatter). As τ shrinks towards 0 all the "
@@ -162,7 +162,7 @@ HINTS: dict[str, Hint] = {
         "Otherwise: logits [B, V] divided by τ, then the softmax over the last axis (the V "
         "tokens): [B, V], each row summing to 1.",
     ),
-    # --- notebook 08 ----------------------------------------------------------------------------
+    # --- notebook 09 ----------------------------------------------------------------------------
     "check_log_softmax": Hint(
         "The log-softmax of a logit is the logit minus the log of the sum of the exponentials "
         "of its row. That log-sum-exp is the trouble: exp overflows for large logits and "
@@ -186,7 +186,7 @@ HINTS: dict[str, Hint] = {
         "3. The cross-entropy of those rows, with the -100 labels left out (F.cross_entropy has "
         "an argument for that): a scalar, the mean over the labels that count.",
     ),
-    # --- notebook 09 ----------------------------------------------------------------------------
+    # --- notebook 10 ----------------------------------------------------------------------------
     "check_train_loop": Hint(
         "train() does the same few things every step, in a fixed order, and all its randomness "
         "for batches comes from one generator made once. Ask yourself: what sets this step's "
@@ -206,7 +206,7 @@ HINTS: dict[str, Hint] = {
         "8. The loss recorded as a float.\n"
         "Return the list of the steps losses.",
     ),
-    # --- notebook 10 ----------------------------------------------------------------------------
+    # --- notebook 11 ----------------------------------------------------------------------------
     "check_validation_loss": Hint(
         "A measurement, not a training step: dropout off, no graph built, the same windows on "
         "every call, and the model handed back in the mode it arrived in, train or eval. Each of "
@@ -219,7 +219,7 @@ HINTS: dict[str, Hint] = {
         "4. The model put back in the mode you remembered.\n"
         "5. Return the sum divided by n_batches.",
     ),
-    # --- notebook 11 ----------------------------------------------------------------------------
+    # --- notebook 12 ----------------------------------------------------------------------------
     "check_filter_logits": Hint(
         "Two filters, top-k first. Top-k compares each logit with the k-th largest of its row, "
         "so every logit tied with it survives. Top-p works on the distribution top-k left: walk "
@@ -249,7 +249,7 @@ HINTS: dict[str, Hint] = {
         "filter_logits): [B, V] with -inf; the softmax: probabilities [B, V]; one multinomial "
         "draw per row with the generator: [B, 1].",
     ),
-    # --- notebook 12 ----------------------------------------------------------------------------
+    # --- notebook 13 ----------------------------------------------------------------------------
     "check_decode_step": Hint(
         "The new token sits at position past, the number of positions the cache holds "
         "(cache.length); read it before anything moves the cache. Each layer computes q, k and v for this one position only; the cache supplies "
@@ -269,7 +269,7 @@ HINTS: dict[str, Hint] = {
         "3. After the last block: the cache advanced by one; the final norm, then the head: "
         "[B, 1, V].",
     ),
-    # --- notebook 13 ----------------------------------------------------------------------------
+    # --- notebook 14 ----------------------------------------------------------------------------
     "check_gpt_embed": Hint(
         "Row idx[b, i] of the token table plus row i of the position table: positions count "
         "places in the window, 0..n-1, whatever the tokens are. The two are added, not "
@@ -310,7 +310,7 @@ HINTS: dict[str, Hint] = {
         "3. That times w_proj transposed: [B, n, d].",
     ),
     "check_gpt_block": Hint(
-        "Pre-norm, as in notebook 05: each sublayer reads a normalised copy of x, with its own "
+        "Pre-norm, as in notebook 06: each sublayer reads a normalised copy of x, with its own "
         "gain (ln1 for attention, ln2 for the MLP), and its output is added to x. Your attention "
         "returns two things; the block needs only the first. Call your own rmsnorm, attention "
         "and mlp.",
@@ -331,7 +331,7 @@ HINTS: dict[str, Hint] = {
         "4. That times lm_head transposed ([d, V]): logits [B, n, V].",
     ),
     "check_gpt_loss": Hint(
-        "Notebook 08's loss, around a forward you are handed. Position t has seen tokens 0..t "
+        "Notebook 09's loss, around a forward you are handed. Position t has seen tokens 0..t "
         "and predicts the next one, so its logits are scored against the label one place to its "
         "right; the last position has no label inside the window. Padding labels (-100) are "
         "neither scored nor counted: F.cross_entropy can be told which label value to skip.",
@@ -343,7 +343,7 @@ HINTS: dict[str, Hint] = {
         "scored positions only.",
     ),
     "check_gpt_train": Hint(
-        "The loop of notebook 09, line for line, with two differences: there is no model, so "
+        "The loop of notebook 10, line for line, with two differences: there is no model, so "
         "the tensors to clip are the ones the optimizer holds in its parameter groups, and the "
         "loss is your gpt_loss on forward_fn. One generator, made once before the loop, draws "
         "every batch; the window length T is the number of rows of the position table.",
@@ -397,7 +397,7 @@ HINTS: dict[str, Hint] = {
         "added to x; then x plus mlp(rmsnorm(x, ln2)).\n"
         "4. The final norm and the head: logits [B, n, V].",
     ),
-    # --- notebook 14 ----------------------------------------------------------------------------
+    # --- notebook 15 ----------------------------------------------------------------------------
     "check_merge": Hint(
         "Walk the list from the left with an index you move yourself. At a match, write new_id "
         "and move past both ids of the pair; anywhere else, copy the id and move on by one. "
@@ -410,7 +410,7 @@ HINTS: dict[str, Hint] = {
         "forward by one.\n"
         "3. Return the new list: n minus the number of merges ints.",
     ),
-    # --- notebook 15 ----------------------------------------------------------------------------
+    # --- notebook 16 ----------------------------------------------------------------------------
     "check_to_gptlib": Hint(
         "Two jobs, done name by name: give every tensor gptlib's name, and give it gptlib's "
         "layout. Only one kind of tensor changes layout: the weight of a Conv1D layer (c_attn, "

@@ -1,4 +1,4 @@
-"""Notebook 12, the KV cache: one cached decode step of the whole model.
+"""Notebook 13, the KV cache: one cached decode step of the whole model.
 
 `decode_step(model, idx_new, cache)`: a `textbook`-preset GPT (post-norm blocks), a `KVCache`
 holding `past` positions and the newest token ids idx_new [B, 1] -> the new position's logits

@@ -1,4 +1,4 @@
-"""Notebook 07, the output head: turning logits into a sampling distribution with a temperature.
+"""Notebook 08, the output head: turning logits into a sampling distribution with a temperature.
 
 The reader writes `temperature_probs(logits, temperature)` for logits [B, V] and a temperature
 >= 0 and returns probabilities [B, V]: softmax(logits / temperature) over the vocabulary, and for

@@ -1,4 +1,4 @@
-"""Notebook 08, cross-entropy: a stable log-softmax and the shifted, masked language-model loss.
+"""Notebook 09, cross-entropy: a stable log-softmax and the shifted, masked language-model loss.
 
 `log_softmax(logits)`: logits [..., V] -> log-probabilities [..., V] computed with the
 log-sum-exp trick, logits - m - log(sum(exp(logits - m))) with m the row maximum.

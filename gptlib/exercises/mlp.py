@@ -1,4 +1,4 @@
-"""Notebook 06, the position-wise MLP: d -> 4d -> d with a nonlinearity in between.
+"""Notebook 07, the position-wise MLP: d -> 4d -> d with a nonlinearity in between.
 
 The reader writes `mlp_forward(x, w_fc, w_proj, activation)` for x [B, n, d], the weights in
 nn.Linear's [out, in] layout (w_fc [4d, d], w_proj [d, 4d]) and an activation function such as

@@ -1,4 +1,4 @@
-"""Notebook 05, residual connections and normalisation: the rule of one residual sublayer in both
+"""Notebook 06, normalisation and its placement: the rule of one residual sublayer in both
 placements, and RMSNorm's backward pass.
 
 `pre_norm_block(x, sublayers)` and `post_norm_block(x, sublayers)` take the residual stream

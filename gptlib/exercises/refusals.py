@@ -11,9 +11,9 @@ Each entry names where the library keeps the function (a module's function or a 
 how the message shows it, and what it does. A call missing from the installed torch is skipped.
 
 Deliberately left out: `F.cross_entropy` for `lm_loss`, which the reference solution and
-notebook 08's first try use (the exercise is the shift, the -100 labels and the mean around it;
+notebook 09's first try use (the exercise is the shift, the -100 labels and the mean around it;
 `GPT.loss` does all of that and is refused); `gptlib.generate.filter_logits` for `sample_step`,
-which notebook 11 allows ("your filter_logits, or the library's"); and `merge_heads`, which has no
+which notebook 12 allows ("your filter_logits, or the library's"); and `merge_heads`, which has no
 library function of its own (`CausalSelfAttention.forward` merges the heads inline).
 """
 

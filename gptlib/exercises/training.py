@@ -1,5 +1,5 @@
-"""Notebooks 09 and 10, training: the training step itself (notebook 09), and the validation loss
-(notebook 10).
+"""Notebooks 10 and 11, training: the training step itself (notebook 10), and the validation loss
+(notebook 11).
 
 `train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed)` trains
 `model` for `steps` steps on random windows of the 1-D id tensor `tokens` and returns the list of

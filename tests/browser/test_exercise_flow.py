@@ -77,7 +77,7 @@ def test_exercise_stub_then_slip_then_pass(page, lab, artifacts):
     assert console_errors(page) == []
 
 
-CAPSTONE = "13_your_gpt.ipynb"
+CAPSTONE = "14_your_gpt.ipynb"
 RMSNORM_STUB = "def rmsnorm(x, gain, eps=1e-5):"
 RMSNORM = """def rmsnorm(x, gain, eps=1e-5):
     return {body}

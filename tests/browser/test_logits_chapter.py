@@ -1,6 +1,6 @@
-"""Notebook 07, the home of temperature, in JupyterLab: it runs top to bottom, its plots show, and
+"""Notebook 08, the home of temperature, in JupyterLab: it runs top to bottom, its plots show, and
 the temperature slider changes what the reader sees to exactly what gptlib samples at the
-temperature it reads out. (The slider moved there from notebook 11, generation.)"""
+temperature it reads out. (The slider moved there from notebook 12, generation.)"""
 
 import contextlib
 import io
@@ -24,7 +24,7 @@ from playwright.sync_api import expect
 from gptlib import widgets
 from gptlib.checkpoint import load_asset
 
-NOTEBOOK = "07_logits.ipynb"
+NOTEBOOK = "08_logits.ipynb"
 EXPLORER = ".gptlib-temperature-explorer"
 # What the notebook's explorer cell builds:
 # widgets.temperature_explorer(big_model, tok, ".", 10, 0), big_model from names-textbook.pt.

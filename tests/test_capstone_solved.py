@@ -18,7 +18,7 @@ from nbclient import NotebookClient
 import gptlib.exercises as ex
 from gptlib.exercises.progress import EXERCISES
 
-NOTEBOOK = next((Path(__file__).parent.parent / "notebooks").glob("13_*.ipynb"))
+NOTEBOOK = next((Path(__file__).parent.parent / "notebooks").glob("14_*.ipynb"))
 
 
 def _solution(check, name: str) -> str:

@@ -7,7 +7,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 # processes on a 2-core machine run several times slower than two 1-thread ones.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 
-.PHONY: install lab test lint unit nbval nbval-native browser notebooks assets figures benchmark clean
+.PHONY: install lab test lint unit nbval nbval-native browser notebooks zh site assets figures benchmark clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -59,6 +59,17 @@ notebooks: install
 		$(ONE_THREAD) $(PORTABLE) $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 			--NotebookClient.record_timing=False --ExecutePreprocessor.timeout=900 "$$nb" || exit 1; \
 	done
+	$(PY) -m i18n.build build
+
+# The Chinese edition: notebooks/zh/ rebuilt from the English notebooks and i18n/zh/*.md (only the
+# prose is translated; code and outputs are the English notebooks'). `python -m i18n.build check`
+# names every translation whose English text has changed since.
+zh: install
+	$(PY) -m i18n.build build
+
+# Both editions as a static website in _site/ (no network needed to build or read it).
+site: install
+	$(PY) -m website.build
 
 assets: install
 	PATH=$(VENV)/bin:$$PATH bash assets/regenerate.sh
@@ -76,4 +87,4 @@ benchmark: install
 	$(PY) benchmarks/norm_speed.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs _site

@@ -1,0 +1,1 @@
+"""Other-language editions of the course, built from the English notebooks (see build.py)."""

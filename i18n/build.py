@@ -1,0 +1,325 @@
+"""The course's other-language editions, built from the English notebooks and their translations.
+
+A translation file, ``i18n/<lang>/NN_topic.md``, holds one block per markdown cell of the English
+notebook ``notebooks/NN_topic.ipynb``, each opened by a marker line that names the cell and the
+hash of the English text it translates::
+
+    <!-- cell c00 · en 3f9a61c2b7d0 -->
+    # 05 · 残差连接 (Residual connections)
+    ...
+
+``build`` writes ``notebooks/<lang>/NN_topic.ipynb``: the English notebook with every markdown
+cell's text replaced by its translation. Code cells, their outputs and the notebook's metadata
+are the English notebook's, unchanged, so the two editions cannot differ in what they compute.
+Links keep working: a link to a heading of a notebook (``07_mlp.ipynb#1.-d-→-4d-→-d,-by-hand``)
+is written in the translation with the English anchor and pointed at the translated heading
+here; a link out of ``notebooks/`` gains one ``../``.
+
+``check`` lists what is out of step: a translation whose English cell has changed since (its
+hash no longer matches), a markdown cell with no translation, a block for a cell that no longer
+exists, a built notebook that differs from what ``build`` would write. ``template NN`` writes a
+translation file for notebook NN (or adds the blocks it lacks), with the English text in each
+new block to be replaced.
+
+    python -m i18n.build build [--lang zh]
+    python -m i18n.build check [--lang zh]
+    python -m i18n.build template 05 [--lang zh]
+    python -m i18n.build mark 05 r-saw [--lang zh]   # after updating that cell's translation
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+LANGS = {"zh": "zh-CN"}  # folder name -> the language tag written into the notebooks' metadata
+MARKER = re.compile(r"^<!-- cell (\S+) · en ([0-9a-f]{12}) -->$", re.M)
+HEADER = (
+    "<!-- {name}: the {lang} text of each markdown cell of notebooks/{name}.ipynb. A block starts "
+    "at its marker: the English cell's id and the hash of the English text it translates "
+    "(python -m i18n.build check names the blocks whose English text has changed since). -->\n"
+)
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+_LINK = re.compile(r"(\]\()((?:[^()\s]|\([^()\s]*\))*)(\))")  # one level of (...) inside
+
+
+def english_hash(text: str) -> str:
+    """The first 12 hex digits of the SHA-256 of a cell's English text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def rendered_text(heading: str) -> str:
+    """The text JupyterLab gives a heading: inline markup removed, characters kept."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # links and images keep their text
+    text = re.sub(r"(`+)(.+?)\1", lambda m: m.group(2).strip(), text)  # code spans lose backticks
+    text = re.sub(r"(\*\*|__)(.+?)\1", r"\2", text)  # bold
+    text = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"\1", text)  # *emphasis*
+    return text.strip()
+
+
+def anchor(heading: str) -> str:
+    """The fragment JupyterLab links a heading by: its rendered text, spaces replaced by '-'."""
+    return rendered_text(heading).replace(" ", "-")
+
+
+def headings(text: str) -> list[str]:
+    """The markdown headings (ATX style) of a cell's text, outside fenced code blocks."""
+    found, in_fence = [], False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence and (m := _HEADING.match(line)):
+            found.append(m.group(2))
+    return found
+
+
+@dataclass
+class Block:
+    cell_id: str
+    en_hash: str
+    text: str
+
+
+def read_translation(path: Path) -> dict[str, Block]:
+    """cell id -> its block; raises ValueError on a repeated cell id."""
+    text = path.read_text(encoding="utf-8")
+    marks = list(MARKER.finditer(text))
+    blocks: dict[str, Block] = {}
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        body = text[m.end() : end].strip("\n")
+        if m.group(1) in blocks:
+            raise ValueError(f"{path}: cell {m.group(1)} is translated twice")
+        blocks[m.group(1)] = Block(m.group(1), m.group(2), body)
+    return blocks
+
+
+def write_translation(path: Path, name: str, lang: str, blocks: list[Block]) -> None:
+    parts = [HEADER.format(name=name, lang=LANGS[lang])]
+    parts += [f"\n<!-- cell {b.cell_id} · en {b.en_hash} -->\n{b.text}\n" for b in blocks]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(parts), encoding="utf-8")
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def dump(nb: dict) -> str:
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def english_notebooks() -> list[Path]:
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def _anchor_maps(lang: str) -> dict[str, dict[str, str]]:
+    """notebook file name -> {English anchor: translated anchor}, heading by heading of each
+    markdown cell whose translation has as many headings as the English text."""
+    maps: dict[str, dict[str, str]] = {}
+    for path in english_notebooks():
+        tr_path = ROOT / "i18n" / lang / f"{path.stem}.md"
+        blocks = read_translation(tr_path) if tr_path.is_file() else {}
+        pairs = {}
+        for cell in load(path)["cells"]:
+            if cell["cell_type"] != "markdown" or cell.get("id") not in blocks:
+                continue
+            en, tr = headings(source(cell)), headings(blocks[cell["id"]].text)
+            if len(en) == len(tr):
+                pairs.update({anchor(a): anchor(b) for a, b in zip(en, tr, strict=True)})
+        maps[path.name] = pairs
+    return maps
+
+
+def _relink(text: str, notebook: str, maps: dict[str, dict[str, str]]) -> str:
+    """Point a translated cell's links at the translated notebooks' headings; a link that leaves
+    notebooks/ gains one ../ (the translated notebooks sit one folder deeper)."""
+
+    def fix(m: re.Match) -> str:
+        url = m.group(2)
+        if re.match(r"^[a-z]+:", url):  # http:, https:, mailto:
+            return m.group(0)
+        target, _, fragment = url.partition("#")
+        if not target or (target.endswith(".ipynb") and "/" not in target):
+            name = target or notebook
+            fragment = maps.get(name, {}).get(fragment, fragment)
+            return f"{m.group(1)}{target}{'#' if fragment else ''}{fragment}{m.group(3)}"
+        if target.startswith("../"):
+            return f"{m.group(1)}../{url}{m.group(3)}"
+        return m.group(0)
+
+    return _LINK.sub(fix, text)
+
+
+def translated(path: Path, lang: str, maps: dict[str, dict[str, str]] | None = None) -> dict:
+    """The notebook `path` with its markdown in `lang`; English text where a block is missing."""
+    maps = maps if maps is not None else _anchor_maps(lang)
+    tr_path = ROOT / "i18n" / lang / f"{path.stem}.md"
+    blocks = read_translation(tr_path) if tr_path.is_file() else {}
+    nb = copy.deepcopy(load(path))
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown" and cell.get("id") in blocks:
+            text = _relink(blocks[cell["id"]].text, path.name, maps)
+            cell["source"] = text.splitlines(keepends=True)
+    nb["metadata"]["language_edition"] = {"language": LANGS[lang], "english": f"../{path.name}"}
+    return nb
+
+
+def build(lang: str = "zh") -> list[Path]:
+    out_dir = NOTEBOOKS / lang
+    out_dir.mkdir(exist_ok=True)
+    maps = _anchor_maps(lang)
+    written = []
+    for path in english_notebooks():
+        if not (ROOT / "i18n" / lang / f"{path.stem}.md").is_file():
+            continue
+        target = out_dir / path.name
+        text = dump(translated(path, lang, maps))
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
+            written.append(target)
+    return written
+
+
+def _differences(cell: dict, block: Block) -> list[str]:
+    """What a translation must keep from its English cell: the headings' levels (so that links to
+    them can be pointed at the translated ones), every link's target, every formula."""
+    en, tr = source(cell), block.text
+    found = []
+    levels = [
+        len(_HEADING.match(line).group(1)) for line in en.splitlines() if _HEADING.match(line)
+    ]
+    tr_levels = [
+        len(_HEADING.match(line).group(1)) for line in tr.splitlines() if _HEADING.match(line)
+    ]
+    if levels != tr_levels:
+        found.append(f"heading levels {tr_levels}, the English has {levels}")
+    links = sorted(url for _, url, _ in _LINK.findall(en))
+    tr_links = sorted(url for _, url, _ in _LINK.findall(tr))
+    if links != tr_links:
+        found.append(
+            f"links differ from the English (not kept: {sorted(set(links) - set(tr_links))}, "
+            f"added: {sorted(set(tr_links) - set(links))})"
+        )
+
+    def maths(text: str) -> list[str]:  # formulas, except those with words in \text{...}
+        return sorted(f for f in re.findall(r"\$\$?[^$]+\$\$?", text) if "\\text" not in f)
+
+    if maths(en) != maths(tr):
+        found.append(
+            f"formulas differ from the English (not kept: {sorted(set(maths(en)) - set(maths(tr)))})"
+        )
+    return found
+
+
+def problems(lang: str = "zh") -> list[str]:
+    """Every way the `lang` edition is out of step with the English notebooks, one line each."""
+    found = []
+    maps = _anchor_maps(lang)
+    for path in english_notebooks():
+        tr_path = ROOT / "i18n" / lang / f"{path.stem}.md"
+        where = f"i18n/{lang}/{path.stem}.md"
+        if not tr_path.is_file():
+            found.append(f"{where}: missing (notebooks/{path.name} has no translation)")
+            continue
+        blocks = read_translation(tr_path)
+        cells = {c.get("id"): c for c in load(path)["cells"] if c["cell_type"] == "markdown"}
+        for cell_id, cell in cells.items():
+            block = blocks.get(cell_id)
+            if block is None:
+                found.append(f"{where}: cell {cell_id} has no translation")
+            elif block.text == source(cell) and len(re.findall(r"[A-Za-z]{2,}", block.text)) > 2:
+                found.append(f"{where}: cell {cell_id} is still the English text")
+            elif block.en_hash != english_hash(source(cell)):
+                found.append(
+                    f"{where}: cell {cell_id} translates an older English text "
+                    f"(en {block.en_hash}; the English cell is now {english_hash(source(cell))})"
+                )
+            else:
+                found += [f"{where}: cell {cell_id}: {p}" for p in _differences(cell, block)]
+        for cell_id in blocks.keys() - cells.keys():
+            found.append(f"{where}: cell {cell_id} is not a markdown cell of notebooks/{path.name}")
+        built = NOTEBOOKS / lang / path.name
+        if not built.is_file() or built.read_text(encoding="utf-8") != dump(
+            translated(path, lang, maps)
+        ):
+            found.append(
+                f"notebooks/{lang}/{path.name}: not what the translation builds "
+                "(run python -m i18n.build build)"
+            )
+    return found
+
+
+def template(number: str, lang: str = "zh") -> Path:
+    """Write (or complete) the translation file of notebook `number`: blocks already there are
+    kept, in the English notebook's order; a new block holds the English text to translate."""
+    (path,) = NOTEBOOKS.glob(f"{number}_*.ipynb")
+    tr_path = ROOT / "i18n" / lang / f"{path.stem}.md"
+    old = read_translation(tr_path) if tr_path.is_file() else {}
+    blocks = []
+    for cell in load(path)["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = source(cell)
+            blocks.append(old.get(cell["id"]) or Block(cell["id"], english_hash(text), text))
+    write_translation(tr_path, path.stem, lang, blocks)
+    return tr_path
+
+
+def mark(number: str, cell_id: str, lang: str = "zh") -> Path:
+    """Record that the block of `cell_id` now translates the English cell's current text: run it
+    after updating a translation that `check` named."""
+    (path,) = NOTEBOOKS.glob(f"{number}_*.ipynb")
+    cells = {c.get("id"): c for c in load(path)["cells"] if c["cell_type"] == "markdown"}
+    tr_path = ROOT / "i18n" / lang / f"{path.stem}.md"
+    blocks = read_translation(tr_path)
+    if cell_id not in blocks or cell_id not in cells:
+        raise SystemExit(f"{tr_path.relative_to(ROOT)}: no block for a markdown cell {cell_id}")
+    blocks[cell_id].en_hash = english_hash(source(cells[cell_id]))
+    write_translation(tr_path, path.stem, lang, list(blocks.values()))
+    return tr_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m i18n.build", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("command", choices=["build", "check", "template", "mark"])
+    parser.add_argument("number", nargs="?", help="template, mark: the notebook's number, e.g. 05")
+    parser.add_argument("cell", nargs="?", help="mark: the id of the cell whose block is updated")
+    parser.add_argument("--lang", default="zh", choices=sorted(LANGS))
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        for path in build(args.lang):
+            print(f"wrote {path.relative_to(ROOT)}")
+        return 0
+    if args.command == "mark":
+        if not (args.number and args.cell):
+            parser.error("mark needs a notebook number and a cell id, e.g. mark 05 r-saw")
+        print(f"wrote {mark(args.number, args.cell, args.lang).relative_to(ROOT)}")
+        return 0
+    if args.command == "template":
+        if not args.number:
+            parser.error("template needs a notebook number, e.g. 05")
+        print(f"wrote {template(args.number, args.lang).relative_to(ROOT)}")
+        return 0
+    found = problems(args.lang)
+    print("\n".join(found) if found else f"the {args.lang} edition is in step with the English")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

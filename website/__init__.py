@@ -1,0 +1,1 @@
+"""The course as a static website (see build.py)."""

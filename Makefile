@@ -7,7 +7,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 # processes on a 2-core machine run several times slower than two 1-thread ones.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 
-.PHONY: install lab test lint unit nbval nbval-native browser notebooks zh site assets figures benchmark clean
+.PHONY: install lab test lint unit nbval nbval-native browser notebooks zh site assets figures screenshots benchmark clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -77,6 +77,13 @@ assets: install
 # The README's pictures, drawn by gptlib (assets/figures.py)
 figures: install
 	$(PY) assets/figures.py
+
+# The README's screenshot of a slider in JupyterLab, taken by the browser test of notebook 08.
+SLIDER_SHOT := test-artifacts/browser/test_logits_chapter_runs_and_temperature_slider_drives_samples/slider.png
+screenshots: install
+	bash tests/browser/install_chromium.sh
+	$(ONE_THREAD) $(PY) -m pytest -q tests/browser/test_logits_chapter.py
+	cp $(SLIDER_SHOT) assets/figures/slider.png
 
 benchmark: install
 	$(PY) benchmarks/train_throughput.py

@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         "notebook_dir",
         nargs="?",
         default=None,
-        help="the folder of your notebooks, as last saved (default: the course's notebooks/)",
+        help="the folder of your notebooks, as last saved (default: the current folder if it holds the course's notebooks, else the course's notebooks/)",
     )
     p.add_argument(
         "--timeout",

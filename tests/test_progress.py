@@ -447,7 +447,10 @@ def test_progress_help_shows_the_defaults(capsys):
     with pytest.raises(SystemExit):
         main(["progress", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "(default: the course's notebooks/)" in out
+    assert (
+        "(default: the current folder if it holds the course's notebooks, else the course's notebooks/)"
+        in out
+    )
     assert "(default: 60)" in out
 
 
@@ -484,3 +487,14 @@ def test_a_relative_folder_is_read(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rows = [r for r in collect("notebooks", timeout=60) if r.exercise.notebook == "00"]
     assert [r.shown for r in rows] == ["not written yet"]
+
+
+def test_the_default_folder_is_the_one_a_notebook_runs_in(tmp_path, monkeypatch):
+    """In a cell of a Chinese notebook the kernel runs in notebooks/zh/: progress() reads there."""
+    from gptlib.exercises.progress import default_notebook_dir
+
+    course = Path(__file__).resolve().parent.parent / "notebooks"
+    monkeypatch.chdir(course / "zh")
+    assert default_notebook_dir() == course / "zh"
+    monkeypatch.chdir(tmp_path)  # no notebooks here: the course's own folder
+    assert default_notebook_dir() == course

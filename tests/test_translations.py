@@ -144,3 +144,16 @@ def test_a_block_can_be_read_back_as_written(tmp_path):
     path = tmp_path / "t.md"
     i18n.write_translation(path, "00_x", "zh", blocks)
     assert list(i18n.read_translation(path).values()) == blocks
+
+
+def test_both_readmes_link_each_other_and_every_edition():
+    en = (ROOT / "README.md").read_text(encoding="utf-8")
+    zh = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
+    assert "](README.zh-CN.md)" in en and "](README.md)" in zh
+    for text, name in ((en, "README.md"), (zh, "README.zh-CN.md")):
+        targets = re.findall(r"\]\(((?:[^()\s#]|\([^()\s]*\))+)(?:#[^)]*)?\)", text)
+        missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
+        assert not missing, f"{name} links to files that do not exist: {missing}"
+        for english in ENGLISH:
+            assert f"notebooks/zh/{english.name}" in text, f"{name} does not link zh/{english.name}"
+            assert f"notebooks/{english.name}" in text, f"{name} does not link {english.name}"

@@ -125,9 +125,14 @@ class Row:
 
 
 def default_notebook_dir() -> Path:
-    """The course's notebooks/ folder next to gptlib, else the current folder."""
+    """The current folder when it holds the course's notebooks (a notebook's kernel runs in the
+    notebook's own folder: notebooks/ or the Chinese edition's notebooks/zh/), else the course's
+    notebooks/ folder next to gptlib, else the current folder."""
+    here = Path.cwd()
+    if any(here.glob("[0-9][0-9]_*.ipynb")):
+        return here
     course = Path(__file__).resolve().parents[2] / "notebooks"
-    return course if course.is_dir() else Path.cwd()
+    return course if course.is_dir() else here
 
 
 # --- reading a notebook (no torch needed) ------------------------------------------------------
@@ -554,7 +559,8 @@ def format_table(rows: list[Row]) -> str:
 
 def progress(notebook_dir: str | os.PathLike | None = None, timeout: float = 60.0) -> None:
     """Print every exercise of the course with its notebook, difficulty, minutes and state, as
-    the saved notebooks in `notebook_dir` (default: the course's notebooks/ folder) have them.
+    the saved notebooks in `notebook_dir` (default: the notebook's own folder, notebooks/ or
+    notebooks/zh/, in a notebook; the course's notebooks/ folder elsewhere) have them.
     Save the notebook you are working in first: unsaved edits are not seen."""
     folder = Path(notebook_dir) if notebook_dir is not None else default_notebook_dir()
     rows = collect(folder, timeout)

@@ -63,7 +63,7 @@ def _wait_for_samples(page, words: list[str]) -> None:
     expect(page.locator(f"{EXPLORER} .gptlib-samples")).to_have_text(pattern)
 
 
-def test_logits_chapter_runs_and_temperature_slider_drives_samples(page, lab, expected):
+def test_logits_chapter_runs_and_temperature_slider_drives_samples(page, lab, expected, artifacts):
     notebook = lab.root / NOTEBOOK
     open_notebook(page, lab.url, NOTEBOOK)
     run_all_cells(page, code_cell_count(notebook))
@@ -86,6 +86,8 @@ def test_logits_chapter_runs_and_temperature_slider_drives_samples(page, lab, ex
     _wait_for_samples(page, expected("1.10"))
     words_110, image_110 = _shown(page)
     assert words_110 != words and image_110 != image
+    # The README's picture of a slider in JupyterLab: `make screenshots` copies it to assets/.
+    page.locator(EXPLORER).screenshot(path=str(artifacts / "slider.png"))
 
     # Mouse: drag the handle to the left; whatever value it lands on, the page shows its samples.
     temperature.drag_by(-0.25 * temperature.track_width())  # about 0.5 lower

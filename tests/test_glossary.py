@@ -16,50 +16,25 @@ from urllib.parse import unquote
 
 import pytest
 
+from i18n import build as i18n
+
 ROOT = Path(__file__).resolve().parent.parent
 GLOSSARY = ROOT / "GLOSSARY.md"
 NOTEBOOKS = ROOT / "notebooks"
 
-_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
-_FENCE = re.compile(r"^ {0,3}(```|~~~)")
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")
-
-
-def _source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
-def rendered_text(heading: str) -> str:
-    """The text content JupyterLab gives a heading: inline markup removed, characters kept."""
-    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # links and images keep their text
-    text = re.sub(r"(`+)(.+?)\1", lambda m: m.group(2).strip(), text)  # code spans lose backticks
-    text = re.sub(r"(\*\*|__)(.+?)\1", r"\2", text)  # bold
-    text = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"\1", text)  # *emphasis*
-    return text.strip()
-
-
-def jupyterlab_anchor(heading: str) -> str:
-    return rendered_text(heading).replace(" ", "-")
+# How JupyterLab names a heading's anchor, and a cell's headings: the rules the Chinese edition's
+# builder follows too.
+jupyterlab_anchor = i18n.anchor
+_source = i18n.source
 
 
 def notebook_headings(path: Path) -> list[str]:
     """Markdown headings (ATX style) of a notebook, outside fenced code blocks."""
-    headings = []
-    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-        if cell.get("cell_type") != "markdown":
-            continue
-        in_fence = False
-        for line in _source(cell).splitlines():
-            if _FENCE.match(line):
-                in_fence = not in_fence
-                continue
-            if in_fence:
-                continue
-            m = _HEADING.match(line)
-            if m:
-                headings.append(m.group(2))
-    return headings
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return [
+        h for c in cells if c.get("cell_type") == "markdown" for h in i18n.headings(i18n.source(c))
+    ]
 
 
 def notebook_anchors(path: Path) -> set[str]:

@@ -4,9 +4,6 @@ checks must then use the reader's functions, not gptlib standing in: the reader'
 gptlib's loss curve, samples gptlib's names, decodes the same tokens with its own cache, and
 climbs the same ladder."""
 
-import ast
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
@@ -14,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from stubs import checked_name, replace_definition, solution_source
 
 import gptlib.exercises as ex
 from gptlib.exercises.progress import EXERCISES
@@ -21,42 +19,19 @@ from gptlib.exercises.progress import EXERCISES
 NOTEBOOK = next((Path(__file__).parent.parent / "notebooks").glob("14_*.ipynb"))
 
 
-def _solution(check, name: str) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        ex.show_solution(check)
-    head, _, tail = out.getvalue().rpartition(f"def {check.solution.__name__}(")
-    return head + f"def {name}(" + tail
-
-
 def _checked_name(cells, check: str) -> str:
-    for cell in cells:
-        if cell.cell_type != "code":
-            continue
-        for node in ast.walk(ast.parse(cell.source)):
-            if (
-                isinstance(node, ast.Call)
-                and getattr(node.func, "id", None) == check
-                and isinstance(node.args[0], ast.Name)
-                and not re.search(r"slip|first_try|wrong|mistake", node.args[0].id)
-            ):
-                return node.args[0].id
-    raise AssertionError(f"{NOTEBOOK.name} never calls {check}")
+    name = checked_name([c.source for c in cells if c.cell_type == "code"], check)
+    assert name is not None, f"{NOTEBOOK.name} never calls {check}"
+    return name
 
 
 def _fill(cells, name: str, source: str) -> None:
     for cell in cells:
-        if cell.cell_type != "code" or f"def {name}(" not in cell.source:
-            continue
-        [node] = [
-            n
-            for n in ast.parse(cell.source).body
-            if isinstance(n, ast.FunctionDef) and n.name == name
-        ]
-        lines = cell.source.splitlines()
-        lines[node.lineno - 1 : node.end_lineno] = source.rstrip("\n").splitlines()
-        cell.source = "\n".join(lines) + "\n"
-        return
+        if cell.cell_type == "code":
+            filled = replace_definition(cell.source, name, source)
+            if filled is not None:
+                cell.source = filled
+                return
     raise AssertionError(f"{NOTEBOOK.name} does not define {name}")
 
 
@@ -80,7 +55,7 @@ def solved():
         if e.notebook == "14":
             check = getattr(ex, e.check)
             name = _checked_name(nb.cells, e.check)
-            _fill(nb.cells, name, _solution(check, name))
+            _fill(nb.cells, name, solution_source(check, name))
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {}}).execute()
     return nb
 

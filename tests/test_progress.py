@@ -1,9 +1,6 @@
 """`python -m gptlib progress` and `progress()`: every exercise of the course with its notebook,
 difficulty, minutes and state, read from copies of the stored notebooks with stubs filled in."""
 
-import ast
-import contextlib
-import io
 import json
 import re
 import shutil
@@ -11,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from stubs import checked_name, replace_definition, solution_source
 
 import gptlib.exercises as ex
 from gptlib.cli import main
@@ -46,46 +44,23 @@ def _notebook(folder: Path, number: str) -> Path:
 
 def _checked_name(path: Path, check: str) -> str:
     """The name of the reader's function the stored notebook hands to `check`."""
-    for cell in json.loads(path.read_text())["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        for node in ast.walk(ast.parse("".join(cell["source"]))):
-            if (
-                isinstance(node, ast.Call)
-                and getattr(node.func, "id", None) == check
-                and isinstance(node.args[0], ast.Name)
-                and not re.search(r"slip|first_try|wrong|mistake", node.args[0].id)
-            ):
-                return node.args[0].id
-    raise AssertionError(f"{path.name} never calls {check}")
+    cells = json.loads(path.read_text())["cells"]
+    name = checked_name(["".join(c["source"]) for c in cells if c["cell_type"] == "code"], check)
+    assert name is not None, f"{path.name} never calls {check}"
+    return name
 
 
 def _fill(path: Path, name: str, source: str) -> None:
     """Replace the definition of `name` in the notebook's cell that defines it by `source`."""
     nb = json.loads(path.read_text())
     for cell in nb["cells"]:
-        text = "".join(cell["source"])
-        if cell["cell_type"] != "code" or f"def {name}(" not in text:
-            continue
-        [node] = [
-            n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name
-        ]
-        lines = text.splitlines()
-        lines[node.lineno - 1 : node.end_lineno] = source.rstrip("\n").splitlines()
-        cell["source"] = "\n".join(lines) + "\n"
-        path.write_text(json.dumps(nb))
-        return
+        if cell["cell_type"] == "code":
+            filled = replace_definition("".join(cell["source"]), name, source)
+            if filled is not None:
+                cell["source"] = filled
+                path.write_text(json.dumps(nb))
+                return
     raise AssertionError(f"{path.name} does not define {name}")
-
-
-def _solution_source(check, name: str) -> str:
-    """What show_solution prints, its last function renamed as the notebook's stub."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        ex.show_solution(check)
-    text = out.getvalue()
-    head, sep, tail = text.rpartition(f"def {check.solution.__name__}(")
-    return head + f"def {name}(" + tail
 
 
 def _states(rows: list[Row]) -> dict[str, str]:
@@ -119,7 +94,7 @@ def test_every_reference_solution_is_solved(tmp_path):
         path = _notebook(folder, e.notebook)
         check = getattr(ex, e.check)
         name = _checked_name(path, e.check)
-        _fill(path, name, _solution_source(check, name))
+        _fill(path, name, solution_source(check, name))
     rows = collect(folder, timeout=60)
     assert _states(rows) == {e.check: SOLVED for e in EXERCISES}
     assert f"{len(EXERCISES)} of {len(EXERCISES)} exercises solved" in format_table(rows)
@@ -379,7 +354,7 @@ def test_a_later_cell_that_rewrites_the_function_counts(tmp_path):
     folder = _copy(tmp_path, ["08"])
     path = _notebook(folder, "08")
     nb = json.loads(path.read_text())
-    solution = _solution_source(ex.check_temperature_probs, "temperature_probs")
+    solution = solution_source(ex.check_temperature_probs, "temperature_probs")
     nb["cells"].append(
         {
             "cell_type": "code",

@@ -40,6 +40,7 @@ BLOCK_NAMES = {
     "mlp.c_fc": "mlp.fc",
     "mlp.c_proj": "mlp.proj",
 }
+TABLE_NAMES = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight"}
 
 
 class GPT2FormatError(ValueError):
@@ -160,9 +161,8 @@ def expected_hf_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
 
 def gptlib_name(hf_name: str) -> tuple[str, bool]:
     """HF tensor name (no prefix) -> (gptlib state-dict name, transpose?)."""
-    top = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight"}
-    if hf_name in top:
-        return top[hf_name], False
+    if hf_name in TABLE_NAMES:
+        return TABLE_NAMES[hf_name], False
     if hf_name.startswith(("ln_f.", "lm_head.")):
         return hf_name, False
     _, i, rest = hf_name.split(".", 2)  # h.{i}.{rest}

@@ -30,7 +30,6 @@ new block to be replaced.
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import re
@@ -115,6 +114,11 @@ def write_translation(path: Path, name: str, lang: str, blocks: list[Block]) -> 
     path.write_text("".join(parts), encoding="utf-8")
 
 
+def translation_path(notebook: Path, lang: str) -> Path:
+    """i18n/<lang>/NN_topic.md, the translation of notebooks/NN_topic.ipynb."""
+    return ROOT / "i18n" / lang / f"{notebook.stem}.md"
+
+
 def load(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
@@ -132,7 +136,7 @@ def _anchor_maps(lang: str) -> dict[str, dict[str, str]]:
     markdown cell whose translation has as many headings as the English text."""
     maps: dict[str, dict[str, str]] = {}
     for path in english_notebooks():
-        tr_path = ROOT / "i18n" / lang / f"{path.stem}.md"
+        tr_path = translation_path(path, lang)
         blocks = read_translation(tr_path) if tr_path.is_file() else {}
         pairs = {}
         for cell in load(path)["cells"]:
@@ -168,9 +172,9 @@ def _relink(text: str, notebook: str, maps: dict[str, dict[str, str]]) -> str:
 def translated(path: Path, lang: str, maps: dict[str, dict[str, str]] | None = None) -> dict:
     """The notebook `path` with its markdown in `lang`; English text where a block is missing."""
     maps = maps if maps is not None else _anchor_maps(lang)
-    tr_path = ROOT / "i18n" / lang / f"{path.stem}.md"
+    tr_path = translation_path(path, lang)
     blocks = read_translation(tr_path) if tr_path.is_file() else {}
-    nb = copy.deepcopy(load(path))
+    nb = load(path)  # a fresh copy, read from disk
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown" and cell.get("id") in blocks:
             text = _relink(blocks[cell["id"]].text, path.name, maps)
@@ -185,7 +189,7 @@ def build(lang: str = "zh") -> list[Path]:
     maps = _anchor_maps(lang)
     written = []
     for path in english_notebooks():
-        if not (ROOT / "i18n" / lang / f"{path.stem}.md").is_file():
+        if not (translation_path(path, lang)).is_file():
             continue
         target = out_dir / path.name
         text = dump(translated(path, lang, maps))
@@ -200,14 +204,12 @@ def _differences(cell: dict, block: Block) -> list[str]:
     them can be pointed at the translated ones), every link's target, every formula."""
     en, tr = source(cell), block.text
     found = []
-    levels = [
-        len(_HEADING.match(line).group(1)) for line in en.splitlines() if _HEADING.match(line)
-    ]
-    tr_levels = [
-        len(_HEADING.match(line).group(1)) for line in tr.splitlines() if _HEADING.match(line)
-    ]
-    if levels != tr_levels:
-        found.append(f"heading levels {tr_levels}, the English has {levels}")
+
+    def levels(text: str) -> list[int]:
+        return [len(m.group(1)) for line in text.splitlines() if (m := _HEADING.match(line))]
+
+    if levels(en) != levels(tr):
+        found.append(f"heading levels {levels(tr)}, the English has {levels(en)}")
     links = sorted(url for _, url, _ in _LINK.findall(en))
     tr_links = sorted(url for _, url, _ in _LINK.findall(tr))
     if links != tr_links:
@@ -231,7 +233,7 @@ def problems(lang: str = "zh") -> list[str]:
     found = []
     maps = _anchor_maps(lang)
     for path in english_notebooks():
-        tr_path = ROOT / "i18n" / lang / f"{path.stem}.md"
+        tr_path = translation_path(path, lang)
         where = f"i18n/{lang}/{path.stem}.md"
         if not tr_path.is_file():
             found.append(f"{where}: missing (notebooks/{path.name} has no translation)")
@@ -268,7 +270,7 @@ def template(number: str, lang: str = "zh") -> Path:
     """Write (or complete) the translation file of notebook `number`: blocks already there are
     kept, in the English notebook's order; a new block holds the English text to translate."""
     (path,) = NOTEBOOKS.glob(f"{number}_*.ipynb")
-    tr_path = ROOT / "i18n" / lang / f"{path.stem}.md"
+    tr_path = translation_path(path, lang)
     old = read_translation(tr_path) if tr_path.is_file() else {}
     blocks = []
     for cell in load(path)["cells"]:
@@ -284,7 +286,7 @@ def mark(number: str, cell_id: str, lang: str = "zh") -> Path:
     after updating a translation that `check` named."""
     (path,) = NOTEBOOKS.glob(f"{number}_*.ipynb")
     cells = {c.get("id"): c for c in load(path)["cells"] if c["cell_type"] == "markdown"}
-    tr_path = ROOT / "i18n" / lang / f"{path.stem}.md"
+    tr_path = translation_path(path, lang)
     blocks = read_translation(tr_path)
     if cell_id not in blocks or cell_id not in cells:
         raise SystemExit(f"{tr_path.relative_to(ROOT)}: no block for a markdown cell {cell_id}")

@@ -10,7 +10,7 @@ from gptlib.config import gpt2
 from gptlib.exercises import gpt2 as ex_gpt2
 from gptlib.exercises.checking import not_written, refusal_message
 from gptlib.exercises.refusals import REFUSALS
-from gptlib.gpt2 import gptlib_name, gptlib_state_dict
+from gptlib.gpt2 import BLOCK_NAMES, TABLE_NAMES, gptlib_name, gptlib_state_dict
 from gptlib.model import GPT
 
 NAME = "to_gptlib"
@@ -76,15 +76,8 @@ def test_each_slip_gets_its_hint(hint, wrong):
 
 # --- slips as a reader writes them ----------------------------------------------------------------
 
-_PARTS = {
-    "ln_1": "ln1",
-    "attn.c_attn": "attn.qkv",
-    "attn.c_proj": "attn.proj",
-    "ln_2": "ln2",
-    "mlp.c_fc": "mlp.fc",
-    "mlp.c_proj": "mlp.proj",
-}
-_TABLES = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight"}
+# The reader writes these tables out; here they are the library's.
+_PARTS, _TABLES = BLOCK_NAMES, TABLE_NAMES
 
 
 def _reader(transpose, parts=_PARTS, prefix="transformer.", qkv_order=None):

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from i18n.build import load, source
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 SITE = ROOT / "_site"
@@ -89,20 +91,11 @@ body { margin: 0; }
 """
 
 
-def load(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
 def title(nb: dict) -> str:
     """The notebook's title: its first heading, without the leading number."""
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
-            m = re.search(r"^# (.+)$", _source(cell), re.M)
+            m = re.search(r"^# (.+)$", source(cell), re.M)
             if m:
                 return re.sub(r"^\d\d · ", "", m.group(1)).strip()
     return ""
@@ -130,7 +123,7 @@ def prepare(nb: dict, name: str, lang: str) -> dict:
     note = EDITIONS[lang]["slider"].format(name=name)
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
-            text = re.sub(r"\]\((\d\d_\w+)\.ipynb", r"](\1.html", _source(cell))
+            text = re.sub(r"\]\((\d\d_\w+)\.ipynb", r"](\1.html", source(cell))
             cell["source"] = text
             continue
         outputs = []
@@ -181,6 +174,7 @@ def _bar(lang: str, chapters: list[dict], i: int) -> str:
 
 
 def render(nb: dict, page_title: str) -> str:
+    import nbformat
     from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(
@@ -190,7 +184,10 @@ def render(nb: dict, page_title: str) -> str:
         exclude_output_prompt=True,
     )
     exporter.require_js_url = ""  # no widgets to render: nothing needs require.js
-    body, _ = exporter.from_notebook_node(_node(nb), resources={"metadata": {"name": page_title}})
+    body, _ = exporter.from_notebook_node(
+        nbformat.reads(json.dumps(nb), as_version=4),  # sources joined into strings
+        resources={"metadata": {"name": page_title}},
+    )
     # MathJax as pinned here ships one web font, STIX-Web: say so, or it asks for the TeX fonts.
     fonts = (
         '<script type="text/x-mathjax-config">MathJax.Hub.Config({"HTML-CSS": {availableFonts: '
@@ -199,12 +196,6 @@ def render(nb: dict, page_title: str) -> str:
     )
     body = body.replace('<script src=""></script>', "")
     return body.replace(f'<script src="../{MATHJAX}"', f'{fonts}<script src="../{MATHJAX}"', 1)
-
-
-def _node(nb: dict):
-    import nbformat
-
-    return nbformat.reads(json.dumps(nb), as_version=4)  # sources joined into strings
 
 
 def chapters() -> list[dict]:

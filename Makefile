@@ -55,8 +55,8 @@ test: lint unit nbval nbval-native browser
 # Re-execute every notebook in place, in the pinned environment, one thread, the portable
 # arithmetic, no timing metadata.
 notebooks: install
-	for nb in $(NOTEBOOKS); do \
-		$(ONE_THREAD) $(PORTABLE) $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
+	yours=$$(mktemp -d); for nb in $(NOTEBOOKS); do \
+		$(ONE_THREAD) $(PORTABLE) GPTLIB_YOURS=$$yours $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 			--NotebookClient.record_timing=False --ExecutePreprocessor.timeout=900 "$$nb" || exit 1; \
 	done
 	$(PY) -m i18n.build build

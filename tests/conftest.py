@@ -1,5 +1,12 @@
+import os
+import tempfile
+
 import pytest
 import torch
+
+# The reader's package (gptlib.exercises.yours): the tests never read or write a reader's own
+# pieces; each test process gets an empty folder of its own.
+os.environ["GPTLIB_YOURS"] = tempfile.mkdtemp(prefix="yourgpt-tests-")
 
 from gptlib.config import microgpt, textbook
 

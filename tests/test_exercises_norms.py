@@ -169,7 +169,7 @@ def test_unrecognised_answer_reports_the_difference():
     assert "largest difference" in result.message
 
 
-def test_a_block_written_for_two_pairs_is_told_to_loop():
+def test_a_block_written_for_two_pairs_is_named():
     """Notebook 02 wrote one pre-norm block as two lines; that form fails on a stack."""
 
     def two_pairs_only(x, sublayers):
@@ -198,16 +198,34 @@ def test_checks_leave_the_global_rng_alone():
     assert torch.equal(torch.random.get_rng_state(), before)
 
 
-def test_block_check_runs_without_building_a_graph():
-    seen = []
+def test_autograd_in_the_backward_is_refused():
+    def rmsnorm_backward(x, weight, grad_out, eps):
+        x = x.detach().requires_grad_(True)
+        w = weight.detach().requires_grad_(True)
+        y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+        return torch.autograd.grad(y, (x, w), grad_out)
 
-    def pre_norm_block(x, sublayers):
-        out = norms.solution_pre_norm_block(x, sublayers)
-        seen.append(out.requires_grad)
-        return out
+    def with_backward(x, weight, grad_out, eps):
+        x = x.detach().requires_grad_(True)
+        w = weight.detach().requires_grad_(True)
+        (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w).backward(grad_out)
+        return x.grad, w.grad
 
-    assert norms.check_pre_norm_block(pre_norm_block).passed
-    assert seen and not any(seen)
+    for fn in (rmsnorm_backward, with_backward):
+        message = norms.check_rmsnorm_backward(fn).message
+        assert message.startswith("✗ rmsnorm_backward: write this one by hand: it calls autograd")
+
+
+def test_eps_slip_is_named_without_the_fix():
+    [message] = [h for h, w in norms.BACKWARD_MISTAKES if w is norms._bw_eps_outside]
+    assert "near-zero token" in message
+    assert "belongs" not in message and "inside" not in message
+
+
+@pytest.mark.parametrize("hint", [h for h, _ in norms.PRE_MISTAKES + norms.POST_MISTAKES])
+def test_block_messages_do_not_say_what_to_write(hint):
+    for fix in ("go through", "in a loop", "in that order", "instead.", "belongs"):
+        assert fix not in hint
 
 
 @pytest.mark.parametrize("name, check, solution", CHECKS, ids=[c[0] for c in CHECKS])

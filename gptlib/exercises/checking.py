@@ -13,17 +13,20 @@ call is guarded: the reference and the known slips a check compares with may use
 from __future__ import annotations
 
 import ast
+import builtins
 import contextlib
 import functools
 import importlib
 import inspect
 import sys
+import textwrap
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from gptlib.exercises import yours
 from gptlib.exercises.refusals import Refusal, refusals_for
 
 
@@ -49,11 +52,23 @@ def not_written(name: str) -> CheckResult:
 
 
 def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
-    """Decorator for a check: `show_solution(check)` will print `solution`."""
+    """Decorator for a check: `show_solution(check)` will print `solution`, and a function of
+    the reader's that passes is kept in the reader's package (`yours`) for later notebooks."""
 
     def decorate(check: Callable) -> Callable:
-        check.solution = solution
-        return check
+        @functools.wraps(check)
+        def checked(fn, *args, **kwargs):
+            result = check(fn, *args, **kwargs)
+            if result and yours._saving and yours.is_readers(fn):
+                name = yours.exercise_name(check)
+                path = yours.save(name, fn, yours._notebook_of(name))
+                if path is not None:
+                    kept = f"kept as {yours.PACKAGE}/{path.name}: later notebooks use it"
+                    result = CheckResult(True, f"{result.message}\n  {kept}")
+            return result
+
+        checked.solution = solution
+        return checked
 
     return decorate
 
@@ -121,9 +136,10 @@ def show_solution(check: Callable) -> None:
 
 
 class Refused(BaseException):
-    """Raised by a library call that the running check refuses (see `refusing`). It derives from
-    BaseException so that an `except Exception` in the reader's code, or in a check's wrapper,
-    lets it through; `compare` and `refuses_shortcuts` turn it into the check's result."""
+    """Raised before the reader's function runs when its source calls a library function that
+    does the whole exercise (see `shortcut`). A BaseException, so that an `except Exception` in
+    the reader's code, or in a check's wrapper, lets it through; `compare` and
+    `refuses_shortcuts` turn it into the check's result."""
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -140,42 +156,49 @@ def refusal_message(name: str, refusal: Refusal) -> str:
     return f"✗ {name}: write this one yourself: it calls {refusal.shown}, which {refusal.does}"
 
 
-_MISSING = object()
-
-
-def _resolve(path: str) -> tuple[object, str]:
-    """Where a dotted path lives: (the module torch.nn.functional, "log_softmax"), or (the class
-    GPT, "forward") for "gptlib.model.GPT.forward". Modules are found through the import system,
-    so that a package attribute shadowing a submodule (`gptlib.train` is both the function and
-    the module) does not mislead it."""
+def _target(path: str) -> object | None:
+    """The object a dotted path names ("torch.nn.functional.rms_norm"), or None when this
+    version of torch or gptlib lacks it."""
     parts = path.split(".")
     for i in range(len(parts) - 1, 0, -1):
         try:
-            owner = importlib.import_module(".".join(parts[:i]))
+            obj = importlib.import_module(".".join(parts[:i]))
         except ImportError:
             continue
-        for part in parts[i:-1]:
-            owner = getattr(owner, part)
-        getattr(owner, parts[-1])  # AttributeError when this torch or gptlib lacks it
-        return owner, parts[-1]
-    raise AttributeError(f"no module in {path!r}")
+        try:
+            for part in parts[i:]:
+                obj = getattr(obj, part)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+def _own_code(value: object) -> bool:
+    """A function of the reader's (a notebook's, a script's), not of an installed package."""
+    if not isinstance(value, types.FunctionType):
+        return False
+    if value.__module__ == "__main__":
+        return True
+    if (value.__module__ or "").startswith(("gptlib", "torch")):
+        return False
+    path = value.__code__.co_filename
+    return "site-packages" not in path and not path.startswith(sys.base_prefix)
 
 
 def _reachable(fns: Sequence[Callable]) -> list[types.FunctionType]:
-    """`fns` and every function they wrap: a check hands its wrapper (`_as_long(encode_stream)`,
-    say), and the reader's function sits in the wrapper's closure."""
+    """`fns`, the functions they wrap (a check hands a wrapper such as `_as_long(fn)`, with the
+    reader's function in its closure), and the reader's own helpers they call by name."""
     found: dict[int, types.FunctionType] = {}
-    seen: set[int] = set()
 
     def visit(f: object, depth: int) -> None:
-        if depth > 8 or id(f) in seen:
+        if depth > 8 or id(f) in found:
             return
-        seen.add(id(f))
         if isinstance(f, functools.partial):
-            visit(f.func, depth + 1)
-        elif isinstance(f, types.MethodType):
-            visit(f.__func__, depth + 1)
-        elif isinstance(f, types.FunctionType):
+            return visit(f.func, depth + 1)
+        if isinstance(f, types.MethodType):
+            return visit(f.__func__, depth + 1)
+        if isinstance(f, types.FunctionType):
             found[id(f)] = f
             for cell in f.__closure__ or ():
                 try:
@@ -184,6 +207,10 @@ def _reachable(fns: Sequence[Callable]) -> list[types.FunctionType]:
                     continue
                 if callable(inner):
                     visit(inner, depth + 1)
+            for name in f.__code__.co_names:
+                value = f.__globals__.get(name)
+                if _own_code(value):
+                    visit(value, depth + 1)
         wrapped = getattr(f, "__wrapped__", None)
         if wrapped is not None:
             visit(wrapped, depth + 1)
@@ -193,98 +220,101 @@ def _reachable(fns: Sequence[Callable]) -> list[types.FunctionType]:
     return list(found.values())
 
 
-def _course_code(functions: Sequence[types.FunctionType]) -> bool:
-    """Whether every function is the exercises' own code: a reference or a known slip handed to
-    its check (by the tests, or by a notebook's planted slip) is not the reader's code."""
-    return bool(functions) and all(
-        (f.__module__ or "").startswith("gptlib.exercises.") for f in functions
-    )
+def _resolved(node: ast.expr, namespace: dict) -> object:
+    """What a called name or dotted name (`F.rms_norm`, `torch.nn.functional.rms_norm`) is in
+    the function's global namespace; None for anything else (a local variable's method)."""
+    if isinstance(node, ast.Name):
+        return namespace.get(node.id, getattr(builtins, node.id, None))
+    if isinstance(node, ast.Attribute):
+        owner = _resolved(node.value, namespace)
+        return None if owner is None else getattr(owner, node.attr, None)
+    return None
 
 
-def _refuser(message: str, name: str) -> Callable:
-    def refused(*args, **kwargs):
-        raise Refused(message)
-
-    refused.__name__ = refused.__qualname__ = name
-    return refused
+def shortcut(name: str, fns: Sequence[Callable]) -> str | None:
+    """The refusal message when the source of the reader's function (or of a helper of theirs
+    it calls) calls a library function that does exercise `name`'s whole job
+    (`refusals.REFUSALS`), else None. Read from the source, nothing is patched: the check is a
+    learning aid, and a copied or disguised call still passes, teaching nothing."""
+    refusals = refusals_for(name)
+    if not refusals:
+        return None
+    functions = [f for f in _reachable(fns) if not (f.__module__ or "").startswith("gptlib.")]
+    targets = [(r, _target(r.path)) for r in refusals]
+    for f in functions:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(f)))
+        except (OSError, TypeError, SyntaxError):  # no source to read
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            called = _resolved(node.func, f.__globals__)
+            method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+            for refusal, target in targets:
+                if target is None:
+                    continue
+                owner, attr = refusal.path.rsplit(".", 1)
+                built = (  # a module built and called at once: MLP(cfg)(x) runs MLP.forward
+                    _resolved(node.func.func, f.__globals__)
+                    if isinstance(node.func, ast.Call)
+                    else None
+                )
+                if (called is not None and called is target) or (
+                    attr == "forward"
+                    and isinstance(built, type)
+                    and getattr(built, "forward", None) is target
+                ):
+                    return refusal_message(name, refusal)
+                # a method on an object of the function's own (x.log_softmax(-1),
+                # attn.split_heads(t)), by its name; forward is any module's call, not named
+                if called is None and method == attr != "forward":
+                    if isinstance(_target(owner), type):
+                        return refusal_message(name, refusal)
+    return None
 
 
 @contextlib.contextmanager
 def refusing(name: str, *reader_fns: Callable) -> Iterator[None]:
-    """While the block runs, every library call listed for exercise `name` raises `Refused`.
-
-    Each call is replaced where the library keeps it (a module's function, a class's method),
-    and so is every name bound to the same object in gptlib's modules (the package re-exports
-    many functions) and in the global namespaces of `reader_fns` and the functions they wrap (a
-    notebook's `from gptlib.data import encode_documents`). Everything is put back on the way
-    out, whether the block returns or raises. When `reader_fns` are the exercises' own code (a
-    reference or a slip handed to its check) nothing is refused.
-    """
-    refusals = refusals_for(name)
-    functions = _reachable(reader_fns)
-    if not refusals or (reader_fns and _course_code(functions)):
-        yield
-        return
-    undo: list[Callable[[], None]] = []
-    try:
-        namespaces = [
-            module.__dict__
-            for key, module in list(sys.modules.items())
-            if (key == "gptlib" or key.startswith("gptlib.")) and module is not None
-        ]
-        namespaces += [f.__globals__ for f in functions]
-        for refusal in refusals:
-            try:
-                owner, attr = _resolve(refusal.path)
-            except AttributeError:  # not in this version of torch: nothing to refuse
-                continue
-            target = getattr(owner, attr)
-            stub = _refuser(refusal_message(name, refusal), attr)
-            if isinstance(owner, type):
-                raw = owner.__dict__.get(attr, _MISSING)  # a staticmethod stays one on the way back
-
-                def put_back(owner=owner, attr=attr, raw=raw):
-                    if raw is _MISSING:  # inherited (Tensor.log_softmax): drop the override
-                        delattr(owner, attr)
-                    else:
-                        setattr(owner, attr, raw)
-
-                setattr(owner, attr, stub)
-                undo.append(put_back)
-            else:
-                namespaces.append(owner.__dict__)
-            for namespace in {id(ns): ns for ns in namespaces}.values():
-                for key in [k for k, v in namespace.items() if v is target]:
-                    namespace[key] = stub
-                    undo.append(functools.partial(namespace.__setitem__, key, target))
-        yield
-    finally:
-        for put_back in reversed(undo):
-            put_back()
+    """Raise `Refused` on entry when the reader's functions call, by their source, a library
+    function that does exercise `name`'s whole job; otherwise run the block as it is."""
+    message = shortcut(name, reader_fns)
+    if message:
+        raise Refused(message)
+    yield
 
 
 def guard(name: str, user_fn: Callable) -> Callable:
-    """`user_fn`, each of whose calls runs under `refusing(name, user_fn)`."""
+    """`user_fn`, whose first call raises `Refused` when its source hands exercise `name` to
+    the library (see `shortcut`)."""
     if not refusals_for(name):
         return user_fn
+    verdict: list[str | None] = []
 
     def guarded(*args, **kwargs):
-        with refusing(name, user_fn):
-            return user_fn(*args, **kwargs)
+        if not verdict:
+            verdict.append(shortcut(name, [user_fn]))
+        if verdict[0]:
+            raise Refused(verdict[0])
+        return user_fn(*args, **kwargs)
 
+    guarded.__wrapped__ = user_fn
     return guarded
 
 
 def refuses_shortcuts(name: str) -> Callable[[Callable], Callable]:
     """Decorator for a check that runs the reader's function itself rather than through
-    `compare`: the function it is handed runs under `refusing(name, ...)`, and a refused call
-    becomes the check's result."""
+    `compare`: a function whose source hands the exercise to the library is answered with the
+    refusal, before it runs."""
 
     def decorate(check: Callable) -> Callable:
         @functools.wraps(check)
         def checked(user_fn: Callable, *args, **kwargs) -> CheckResult:
+            message = shortcut(name, [user_fn])
+            if message:
+                return CheckResult(False, message)
             try:
-                return check(guard(name, user_fn), *args, **kwargs)
+                return check(user_fn, *args, **kwargs)
             except Refused as e:
                 return e.result
 
@@ -352,6 +382,91 @@ def difference(got, expected) -> str:
     return f"largest difference {largest:.3g}"
 
 
+def _differentiable(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.is_floating_point()
+
+
+def _backward(fn: Callable, inputs: tuple, weights: list | None):
+    """Run fn on leaf copies of the floating-point inputs, then backward through the weighted
+    sum of its differentiable outputs: (outputs, leaves, gradients, weights). Non-finite output
+    entries (the -inf of a mask) are left out of the sum."""
+    leaves = tuple(
+        x.detach().clone().requires_grad_(True) if _differentiable(x) else x for x in inputs
+    )
+    with torch.enable_grad():
+        outputs = _as_tuple(fn(*leaves))
+        if weights is None:
+            g = torch.Generator().manual_seed(7)
+            weights = [
+                torch.randn(o.shape, generator=g, dtype=o.dtype)
+                if _differentiable(o) and o.requires_grad
+                else None
+                for o in outputs
+            ]
+        terms = [
+            (o.masked_fill(~torch.isfinite(o.detach()), 0.0) * w).sum()
+            for o, w in zip(outputs, weights, strict=False)
+            if w is not None and _differentiable(o) and o.requires_grad
+        ]
+        wanted = [x for x in leaves if _differentiable(x)]
+        if not terms:
+            return outputs, leaves, [None] * len(wanted), weights
+        grads = torch.autograd.grad(sum(terms), wanted, allow_unused=True)
+    return outputs, leaves, list(grads), weights
+
+
+def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
+    """What is wrong with the gradients of a function whose outputs are right, in words: an
+    output that carries none, an input that gets none, or one that gets other values."""
+    if not any(_differentiable(x) for x in inputs):
+        return None
+    ref_out, _, ref_grads, weights = _backward(reference_fn, inputs, None)
+    if all(w is None for w in weights):
+        return None  # nothing of the reference's is differentiable
+    try:
+        params = list(inspect.signature(reference_fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    names = [
+        params[i] if i < len(params) else f"input {i}"
+        for i, x in enumerate(inputs)
+        if _differentiable(x)
+    ]
+    try:
+        user_out, _, user_grads, _ = _backward(user_fn, inputs, weights)
+    except Exception as e:  # noqa: BLE001
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "in-place" in first or "inplace" in first:
+            return (
+                "with inputs that need gradients your function fails: it writes into a tensor "
+                f"autograd needs ({first})"
+            )
+        return f"with inputs that need gradients your function raised {type(e).__name__}: {first}"
+    for i, (w, o) in enumerate(zip(weights, user_out, strict=False)):
+        if w is not None and not (_differentiable(o) and o.requires_grad):
+            which = f"output {i} ({len(user_out)} returned)" if len(user_out) > 1 else "your output"
+            return (
+                f"{which} carries no gradient: it was made under torch.no_grad() or detached, so "
+                "nothing before it would learn from the loss"
+            )
+    for name, ref, got in zip(names, ref_grads, user_grads, strict=True):
+        if ref is None or not bool(ref.abs().max() > 0):
+            continue
+        if got is None or not bool(got.abs().max() > 0):
+            return (
+                f"the gradient of {name} is missing: the output is right, but something between "
+                f"{name} and it is detached or under no_grad, so {name} would not learn"
+            )
+        if not _close(got, ref, 10 * atol, 10 * rtol):
+            how = difference(got, ref)
+            return (
+                f"the output is right but the gradient of {name} is not ({how}): part of the "
+                "path from it is hidden from autograd (a .detach(), .data, or a value taken out "
+                "with .item())"
+            )
+    return None
+
+
 def compare(
     name: str,
     user_fn: Callable,
@@ -362,13 +477,15 @@ def compare(
     atol: float = 1e-5,
     rtol: float = 1e-4,
     error_hints: Sequence[tuple[str, str]] = (),
+    grads: bool = True,
 ) -> CheckResult:
-    """Run `user_fn` and `reference_fn` on `trials` seeded random inputs.
+    """Run `user_fn` and `reference_fn` on `trials` seeded random inputs, and, where the
+    outputs agree, compare the gradients they pass back to the floating-point inputs (`grads`).
 
     `mistakes` pairs a hint with a wrong implementation: when the reader's output matches a
     wrong implementation (values and shape), that hint is the message. `error_hints` pairs a
     fragment of an error message with a hint added when the reader's function raises it. The
-    library calls `refusals.REFUSALS[name]` lists are refused while `user_fn` runs.
+    library calls `refusals.REFUSALS[name]` lists are refused when `user_fn`'s source calls them.
     """
     if error_hints:
         user_fn = with_error_hints(user_fn, error_hints)
@@ -385,6 +502,11 @@ def compare(
         except Exception as e:  # the reader's code failed: say how
             return CheckResult(False, f"✗ {name}: your function raised {type(e).__name__}: {e}")
         if _close(got, expected, atol, rtol):
+            problem = (
+                _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) if grads else None
+            )
+            if problem:
+                return CheckResult(False, f"✗ {name}: {problem}")
             continue
         # A known mistake names itself, whether it changed the values or the shape.
         for hint, wrong_fn in mistakes:

@@ -97,6 +97,7 @@ def _isolated_env(state: Path) -> dict[str, str]:
         "XDG_CONFIG_HOME": "xdg-config",
         "XDG_CACHE_HOME": "xdg-cache",
         "npm_config_cache": "npm",  # JupyterLab asks npm for its prefix; npm writes a log there
+        "GPTLIB_YOURS": "yourgpt",  # the reader's package: empty, never the course's own
     }
     for name, sub in folders.items():
         (state / sub).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,168 @@
+"""A trained `GPT` run piece by piece, so that any piece can be the reader's own.
+
+`forward(model, idx, **pieces)` computes what `model(idx)` computes, from the model's own
+weights, one exercise-sized step at a time: the embeddings (notebook 01), the fused projection
+cut into q, k, v (02), the heads (04), causal attention (03), the blocks' residual sublayers (06)
+and the MLP (07). Each step is a function with the signature of its exercise; a keyword argument
+replaces it, so a notebook can run the reader's `causal_attention` inside the trained microgpt
+and print the validation loss it gives beside the library's (`validation_loss`).
+
+The pieces and their signatures (the notebooks' exercises):
+
+    embed(ids, wte, wpe)                 -> x [B, n, d]
+    qkv_split(x, w_qkv)                  -> q, k, v, each [B, n, d]
+    split_heads(x, n_head)               -> [B, h, n, d_h]
+    causal_attention(q, k, v)            -> [B, h, n, d_h]
+    merge_heads(y)                       -> [B, n, d]
+    mlp_forward(x, w_fc, w_proj, activation) -> [B, n, d]
+    pre_norm_block(x, sublayers) or post_norm_block(x, sublayers), by the model's placement
+    lm_loss(logits, labels)              -> the mean loss (validation_loss only)
+
+A model with biases in its Linear layers (GPT-2) adds them around the pieces, which take none.
+Dropout is not applied: this is the model in eval mode.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from gptlib.data import sample_batch
+from gptlib.mlp import ACTIVATIONS
+from gptlib.model import GPT
+
+__all__: list[str] = []  # used as a module: `from gptlib.exercises import assemble`
+
+
+# --- the reference pieces: the library's arithmetic, written as the exercises ask for it ------
+
+
+def _embed(ids, wte, wpe):
+    return wte[ids] + wpe[: ids.size(1)]  # [B, n, d]
+
+
+def _qkv_split(x, w_qkv):
+    return (x @ w_qkv.T).split(x.size(-1), dim=-1)  # 3 x [B, n, d]
+
+
+def _split_heads(x, n_head):
+    B, n, d = x.shape
+    return x.view(B, n, n_head, d // n_head).transpose(1, 2)  # [B, h, n, d_h]
+
+
+def _causal_attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, h, n, d_h]
+
+
+def _merge_heads(y):
+    B, h, n, d_h = y.shape
+    return y.transpose(1, 2).reshape(B, n, h * d_h)  # [B, n, d]
+
+
+def _mlp_forward(x, w_fc, w_proj, activation):
+    return activation(x @ w_fc.T) @ w_proj.T  # [B, n, d]
+
+
+def _pre_norm_block(x, sublayers):
+    for norm, f in sublayers:
+        x = x + f(norm(x))
+    return x
+
+
+def _post_norm_block(x, sublayers):
+    for norm, f in sublayers:
+        x = norm(x + f(x))
+    return x
+
+
+def _lm_loss(logits, labels):
+    return GPT.loss(logits, labels)
+
+
+PIECES: dict[str, Callable] = {
+    "embed": _embed,
+    "qkv_split": _qkv_split,
+    "split_heads": _split_heads,
+    "causal_attention": _causal_attention,
+    "merge_heads": _merge_heads,
+    "mlp_forward": _mlp_forward,
+    "pre_norm_block": _pre_norm_block,
+    "post_norm_block": _post_norm_block,
+    "lm_loss": _lm_loss,
+}
+
+
+def _pieces(given: dict[str, Callable | None]) -> dict[str, Callable]:
+    unknown = sorted(set(given) - set(PIECES))
+    if unknown:
+        raise TypeError(f"no piece called {', '.join(unknown)}; the pieces are {', '.join(PIECES)}")
+    return {name: given.get(name) or ref for name, ref in PIECES.items()}
+
+
+def _bias(linear: torch.nn.Linear) -> torch.Tensor | float:
+    return 0.0 if linear.bias is None else linear.bias
+
+
+def forward(model: GPT, idx: torch.Tensor, **pieces: Callable | None) -> torch.Tensor:
+    """`model(idx)[0]`, the logits [B, n, V], computed piece by piece from the model's weights;
+    each keyword (see the module's docstring) replaces one piece. Notebooks 01-07."""
+    p = _pieces(pieces)
+    cfg = model.cfg
+    if idx.size(1) > cfg.block_size:
+        raise ValueError(f"idx has {idx.size(1)} positions; the model's window is {cfg.block_size}")
+    activation = ACTIVATIONS[cfg.activation]
+    block_fn = p["pre_norm_block"] if cfg.norm_placement == "pre" else p["post_norm_block"]
+    x = p["embed"](idx, model.tok_emb.weight, model.pos_emb.weight)  # [B, n, d]
+    for block in model.blocks:
+        a, m = block.attn, block.mlp
+
+        def attend(h, a=a):
+            d = h.size(-1)
+            bias = _bias(a.qkv)
+            q, k, v = p["qkv_split"](h, a.qkv.weight)
+            if a.qkv.bias is not None:
+                q, k, v = q + bias[:d], k + bias[d : 2 * d], v + bias[2 * d :]
+            q, k, v = (p["split_heads"](t, a.n_head) for t in (q, k, v))
+            y = p["merge_heads"](p["causal_attention"](q, k, v))  # [B, n, d]
+            return y @ a.proj.weight.T + _bias(a.proj)
+
+        def feed(h, m=m):
+            if m.fc.bias is None:
+                return p["mlp_forward"](h, m.fc.weight, m.proj.weight, activation)
+            # With biases the pieces of the MLP are not enough: run the module's own.
+            return m.proj(activation(m.fc(h)))
+
+        x = block_fn(x, [(block.ln1, attend), (block.ln2, feed)])
+    return model.lm_head(model.ln_f(x))  # [B, n, V]
+
+
+@torch.no_grad()
+def validation_loss(
+    model: GPT,
+    tokens: torch.Tensor,
+    batch_size: int = 32,
+    n_batches: int = 50,
+    seed: int = 1234,
+    **pieces: Callable | None,
+) -> float:
+    """The mean loss over the windows `gptlib.train.estimate_loss(model, tokens)` draws (same
+    seed, same batches), with the forward pass run piece by piece (`forward`) and scored by
+    `lm_loss` (a piece too). Equal to `estimate_loss` to about 1e-6 when every piece is the
+    library's."""
+    p = _pieces(pieces)
+    forward_pieces = {k: v for k, v in pieces.items() if k != "lm_loss"}
+    g = torch.Generator().manual_seed(seed)
+    block = min(model.cfg.block_size, tokens.numel() - 1)
+    device = model.lm_head.weight.device
+    losses = []
+    for _ in range(n_batches):
+        idx, labels = sample_batch(tokens, batch_size, block, g, device)
+        logits = forward(model, idx, **forward_pieces)
+        losses.append(float(p["lm_loss"](logits, labels)))
+    loss = sum(losses) / len(losses)
+    if not math.isfinite(loss):
+        return float("nan")
+    return loss

@@ -1,0 +1,236 @@
+"""Your own GPT, piece by piece: the functions you wrote, kept where later notebooks find them.
+
+When a check passes a function you defined in a notebook, it writes that function, with the
+imports and the helpers of yours it needs, into a folder of its own, `yourgpt/` beside the
+notebooks (one module per exercise: `yourgpt/causal_attention.py`). Both editions of the course
+share it. Later notebooks ask for a piece by its check:
+
+    from gptlib.exercises import yours
+    attend = yours.use(check_causal_attention)
+
+which prints one line and returns your function when it is saved and passes its check again,
+and the course's reference otherwise (or a library function of the same signature given as
+`stand_in`), so a notebook runs either way and says whose code ran. `python -m gptlib progress`
+reads the same folder.
+
+The folder is `$GPTLIB_YOURS` when that is set (the course's tests and the stored notebooks use
+an empty one, so they always show the reference standing in), else `notebooks/yourgpt/` of the
+course, else `yourgpt/` in the current folder. Edit a piece in its notebook, not here: the next
+pass rewrites the file.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import textwrap
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+__all__: list[str] = []  # used as a module: `from gptlib.exercises import yours`
+
+ENV = "GPTLIB_YOURS"
+PACKAGE = "yourgpt"
+_saving = True  # off while `use` and `progress` re-check what is saved
+
+
+def folder() -> Path:
+    """Where your pieces are kept (see the module's docstring)."""
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV])
+    course = Path(__file__).resolve().parents[2] / "notebooks"
+    if course.is_dir():
+        return course / PACKAGE
+    return Path.cwd() / PACKAGE
+
+
+def exercise_name(check: Callable) -> str:
+    """`check_causal_attention` -> "causal_attention", the module your function is kept in."""
+    return getattr(check, "__name__", str(check)).removeprefix("check_")
+
+
+@contextlib.contextmanager
+def not_saving() -> Iterator[None]:
+    """Run checks without keeping what passes (re-checking a saved piece)."""
+    global _saving
+    before, _saving = _saving, False
+    try:
+        yield
+    finally:
+        _saving = before
+
+
+def is_readers(fn: object) -> bool:
+    """A function defined in a notebook (or a script run as __main__): yours, not the course's."""
+    return (
+        isinstance(fn, types.FunctionType)
+        and fn.__module__ == "__main__"
+        and fn.__name__ != "<lambda>"
+    )
+
+
+# --- writing a piece --------------------------------------------------------------------------
+
+
+def _loaded_names(source: str) -> list[str]:
+    tree = ast.parse(source)
+    seen: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            seen.setdefault(node.id)
+    return list(seen)
+
+
+def _is_literal(value: object) -> bool:
+    if isinstance(value, (bool, int, float, str, type(None))):
+        try:
+            return ast.literal_eval(repr(value)) == value
+        except (ValueError, SyntaxError):  # inf, nan
+            return False
+    if isinstance(value, tuple):
+        return all(_is_literal(v) for v in value)
+    return False
+
+
+def _import_line(name: str, value: object) -> str | None:
+    if isinstance(value, types.ModuleType):
+        real = value.__name__
+        return f"import {real}" if real == name else f"import {real} as {name}"
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if not module or not qualname or "." in qualname or module == "__main__":
+        return None
+    try:
+        if getattr(importlib.import_module(module), qualname) is not value:
+            return None
+    except (ImportError, AttributeError):
+        return None
+    return f"from {module} import {qualname}" + ("" if qualname == name else f" as {name}")
+
+
+def module_source(name: str, fn: types.FunctionType, notebook: str = "") -> str:
+    """The text of `yourgpt/<name>.py` for `fn`: its imports, the constants and helpers of
+    yours it reads, then `fn` itself. A value it reads that cannot be written out (a tensor or a
+    model of the notebook) is named in a comment; the module then fails where it is used."""
+    imports: dict[str, None] = {}
+    constants: dict[str, str] = {}
+    helpers: dict[str, str] = {}  # name -> source, dependencies first
+    missing: dict[str, str] = {}
+
+    def visit(f: types.FunctionType) -> str:
+        source = textwrap.dedent(inspect.getsource(f))
+        for ref in _loaded_names(source):
+            if ref in helpers or ref in constants or hasattr(builtins, ref):
+                continue
+            if ref not in f.__globals__:
+                continue  # a local name, or one defined later
+            value = f.__globals__[ref]
+            if is_readers(value) and value is not f:
+                helpers[ref] = ""  # placeholder against cycles
+                helpers[ref] = visit(value)
+                helpers[ref] = helpers.pop(ref)  # after what it needs
+            elif (line := _import_line(ref, value)) is not None:
+                imports.setdefault(line)
+            elif _is_literal(value):
+                constants[ref] = f"{ref} = {value!r}"
+            elif value is not f:
+                missing[ref] = type(value).__name__
+        return source
+
+    main = visit(fn)
+    where = f" (notebook {notebook})" if notebook else ""
+    lines = [
+        f'"""Your {name}, kept by check_{name} when it passed{where}.',
+        "",
+        "Later notebooks use it. Edit it in its notebook and run the check again: a pass rewrites",
+        'this file."""',
+        "",
+        *sorted(imports),
+    ]
+    if constants:
+        lines += ["", *constants.values()]
+    for ref, kind in missing.items():
+        lines.append(f"# {ref}: a {kind} of the notebook, which cannot be kept here; pass it in")
+    body = [*(h for h in helpers.values() if h), main]
+    text = "\n".join(lines) + "\n\n\n" + "\n\n".join(s.rstrip() + "\n" for s in body)
+    if fn.__name__ != name:
+        text += f"\n\n{name} = {fn.__name__}\n"
+    return text
+
+
+def save(name: str, fn: types.FunctionType, notebook: str = "") -> Path | None:
+    """Write `fn` as `yourgpt/<name>.py` (atomically); None when its source cannot be read."""
+    try:
+        text = module_source(name, fn, notebook)
+    except (OSError, TypeError, SyntaxError):  # no source to read (defined with exec, say)
+        return None
+    where = folder()
+    where.mkdir(parents=True, exist_ok=True)
+    init = where / "__init__.py"
+    if not init.exists():
+        init.write_text('"""Your GPT: the pieces the course\'s checks have passed."""\n')
+    path = where / f"{name}.py"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+# --- reading a piece --------------------------------------------------------------------------
+
+
+def load(name: str) -> tuple[Callable | None, str]:
+    """(your function, "") from `yourgpt/<name>.py`, or (None, why not)."""
+    path = folder() / f"{name}.py"
+    if not path.is_file():
+        return None, "not solved yet"
+    spec = importlib.util.spec_from_file_location(f"{PACKAGE}.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001  (a saved file that no longer runs: say why)
+        return None, f"{path.name} does not import: {type(e).__name__}: {e}"
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        return None, f"{path.name} defines no {name}"
+    sys.modules.setdefault(f"{PACKAGE}.{name}", module)
+    return fn, ""
+
+
+def _notebook_of(name: str) -> str:
+    from gptlib.exercises.progress import EXERCISES
+
+    return next((e.notebook for e in EXERCISES if e.check == f"check_{name}"), "")
+
+
+def use(check: Callable, stand_in: Callable | None = None, quiet: bool = False) -> Callable:
+    """Your function for `check`'s exercise when it is saved and passes `check` again; else
+    `stand_in` (default: the course's reference solution). Prints one line saying which."""
+    name = exercise_name(check)
+    fn, why = load(name)
+    if fn is not None:
+        with not_saving():
+            result = check(fn)
+        if result:
+            if not quiet:
+                print(f"{name}: yours, from {PACKAGE}/{name}.py")
+            return fn
+        first = str(getattr(result, "message", result)).splitlines()[0]
+        why = f"yours does not pass its check now: {first}"
+    elif why == "not solved yet":
+        notebook = _notebook_of(name)
+        why = f"yours is not solved yet: notebook {notebook}" if notebook else why
+    if stand_in is None:
+        stand_in, whose = check.solution, "the course's reference stands in"
+    else:
+        shown = getattr(stand_in, "__qualname__", getattr(stand_in, "__name__", "it"))
+        whose = f"{shown} stands in"
+    if not quiet:
+        print(f"{name}: {whose} ({why})")
+    return stand_in

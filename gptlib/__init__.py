@@ -1,5 +1,7 @@
 """gptlib: the small GPT library every notebook of the course imports."""
 
+# First: a stop signal that arrives while torch is imported is kept (see gptlib/_early_signals.py).
+from gptlib import _early_signals  # noqa: F401
 from gptlib.attention import CausalSelfAttention
 from gptlib.bigram import bigram_loss
 from gptlib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
+import stat
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +72,7 @@ def save_checkpoint(
     }
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
+    fd, tmp = _temporary_file(path)
     try:
         umask = os.umask(0)
         os.umask(umask)
@@ -87,6 +89,19 @@ def save_checkpoint(
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def _temporary_file(path: str) -> tuple[int, str]:
+    """A new file beside `path`, named for it (`.NAME.tmp-XXXXXXXX.pt`), so that one left behind
+    by a killed save can be recognised, and removed, by the next run that writes `path`."""
+    folder, base = os.path.split(os.path.abspath(path))
+    return tempfile.mkstemp(prefix=f".{base[:200]}.tmp-", suffix=".pt", dir=folder)
+
+
+def temporary_name_pattern(path: str | os.PathLike) -> re.Pattern:
+    """The names `_temporary_file` gives, for `path`."""
+    base = os.path.basename(os.path.abspath(os.fspath(path)))
+    return re.compile(rf"\.{re.escape(base[:200])}\.tmp-[a-z0-9_]{{8}}\.pt")
 
 
 def _link_no_clobber(tmp: str, path: str) -> None:
@@ -109,6 +124,11 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
         raise FileNotFoundError(
             f"checkpoint {path!r} does not exist; train one with `python -m gptlib train --out {path}`"
         )
+    if not os.path.isdir(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        raise CheckpointError(
+            f"{path!r} is not a regular file (a pipe, a device, ...); give the path of a .pt file "
+            "written by `python -m gptlib train`"
+        )
     try:
         # Everything is read onto the CPU first: random-generator states must stay CPU tensors
         # (torch.Generator.set_state refuses others), and the weights move with the model below.
@@ -121,8 +141,9 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
     except pickle.UnpicklingError as e:
         if "weights only" not in str(e).lower():
             raise CheckpointError(
-                f"{path!r} could not be read as a checkpoint (truncated, corrupted or not a torch "
-                f"file): {str(e).splitlines()[0] if str(e) else 'UnpicklingError'}"
+                f"{path!r} could not be read as a checkpoint: it is truncated, corrupted or not a "
+                f"torch file ({_first_sentence(e)}); give a checkpoint written by `python -m "
+                "gptlib train`, or train it again"
             ) from None
         # torch's own message suggests loading with weights_only=False: that runs whatever code
         # the file holds, so it is not passed on.
@@ -133,8 +154,9 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
         ) from None
     except Exception as e:  # torch.load fails in many ways on a bad file; all mean the same
         raise CheckpointError(
-            f"{path!r} could not be read as a checkpoint (truncated, corrupted or not a torch "
-            f"file): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            f"{path!r} could not be read as a checkpoint: it is truncated, corrupted or not a "
+            f"torch file ({_first_sentence(e)}); give a checkpoint written by `python -m gptlib "
+            "train`, or train it again"
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(
@@ -169,6 +191,13 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
     )
 
 
+def _first_sentence(e: BaseException) -> str:
+    """The gist of an error from torch.load: its first sentence (torch appends a paragraph)."""
+    text = " ".join(str(e).split())
+    first = text.split(". ")[0].rstrip(".")
+    return f"{type(e).__name__}: {first[:200]}" if first else type(e).__name__
+
+
 def check_writable(path: str | os.PathLike) -> None:
     """Raise now, before any training, if a checkpoint could not be written to `path` later:
     its folder must exist or be creatable, and must accept a new file."""
@@ -179,7 +208,7 @@ def check_writable(path: str | os.PathLike) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
+        fd, probe = _temporary_file(path)
         os.close(fd)
         os.remove(probe)
     except OSError as e:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shlex
+import signal
 import sys
 
 import torch
@@ -19,17 +21,19 @@ from gptlib.device import DTYPES, choose_device
 from gptlib.generate import complete, sample_documents
 from gptlib.model import GPT
 from gptlib.run import (
-    EXIT_INTERRUPTED,
-    StopAtStepBoundary,
+    StopSignals,
+    check_memory,
     claim,
+    exit_code,
     gather_random_states,
     output_path,
+    random_states,
     restore_random_states,
     same_file,
     save_run,
-    saving_uninterrupted,
+    signal_name,
 )
-from gptlib.train import estimate_loss, make_optimizer, train
+from gptlib.train import History, estimate_loss, make_optimizer, train
 
 
 def _whole_number(text: str, least: int) -> int:
@@ -44,6 +48,31 @@ def _whole_number(text: str, least: int) -> int:
 
 def _positive_int(text: str) -> int:
     return _whole_number(text, 1)
+
+
+def _block_size(text: str) -> int:
+    value = _whole_number(text, 1)
+    if value < 2:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number >= 2, got {value}: a window of one token holds no next "
+            "token to predict (position t learns from token t + 1)"
+        )
+    return value
+
+
+SEED_MAX = 2**63 - 1
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 0 to 2**63 - 1 ({SEED_MAX}), got {value}"
+        )
+    return value
 
 
 def _non_negative_int(text: str) -> int:
@@ -92,12 +121,14 @@ DEFAULT_OUT = "runs/model.pt"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gptlib", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m gptlib", description=__doc__, allow_abbrev=False
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     d = TRAIN_DEFAULTS
     resumed = "; with --resume, the resumed run's"
 
-    t = sub.add_parser("train", help="train a model and save a checkpoint")
+    t = sub.add_parser("train", help="train a model and save a checkpoint", allow_abbrev=False)
     t.add_argument(
         "--data",
         default=None,
@@ -132,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument(
         "--block-size",
-        type=_positive_int,
+        type=_block_size,
         default=None,
         help="override the preset's block_size (default: the preset's; for the textbook preset on "
         "a corpus of documents, the longest document plus BOS rounded up to a multiple of 8: 16 "
@@ -177,7 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"steps between validation losses (default: {d['eval_every']})",
     )
-    t.add_argument("--seed", type=int, default=None, help=f"(default: {d['seed']})")
+    t.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        help=f"0 to 2**63 - 1 (default: {d['seed']}; with --resume, the run's saved random state)",
+    )
     t.add_argument(
         "--device",
         default=None,
@@ -231,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-progress", action="store_true", help="no progress bar (default: a progress bar)"
     )
 
-    s = sub.add_parser("sample", help="print samples from a checkpoint")
+    s = sub.add_parser("sample", help="print samples from a checkpoint", allow_abbrev=False)
     s.add_argument(
         "checkpoint",
         help="a checkpoint file, or a Hugging Face GPT-2 folder (config.json + model.safetensors "
@@ -262,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="text to continue; for a model of one document per line (names), every sample is "
         "a document that starts with it (default: none)",
     )
-    s.add_argument("--seed", type=int, default=0, help="(default: 0)")
+    s.add_argument("--seed", type=_seed, default=0, help="0 to 2**63 - 1 (default: 0)")
     s.add_argument(
         "--device",
         default=None,
@@ -272,12 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "progress",
         help="list every exercise of the course: notebook, difficulty, minutes and state",
+        allow_abbrev=False,
     )
     p.add_argument(
         "notebook_dir",
         nargs="?",
         default=None,
-        help="the folder of your notebooks, as last saved (default: the current folder if it holds the course's notebooks, else the course's notebooks/)",
+        help="the folder your pieces are kept in, or a folder holding it as yourgpt/ (default: $GPTLIB_YOURS, else the course's notebooks/yourgpt/)",
     )
     p.add_argument(
         "--timeout",
@@ -288,14 +325,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Documents are sampled this many at a time: `sample --num 100000` prints as it goes, in the
+# memory of one batch.
+SAMPLE_BATCH = 256
+
+
+def _check_prompt(prompt: str | None, tokenizer) -> None:
+    """Refuse, in one line, a prompt the model cannot read."""
+    if prompt is None:
+        return
+    if prompt == "" and tokenizer.bos_id is None:
+        raise ValueError(
+            "--prompt '' is empty, and a model of running text needs at least one character to "
+            "continue; give some text, or drop --prompt to start from the first character of its "
+            "vocabulary"
+        )
+    unknown = [ch for ch in dict.fromkeys(prompt) if ch not in tokenizer.stoi]
+    if unknown:
+        first = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
+        shown = repr(prompt) if len(prompt) <= 40 else f"{prompt[:40]!r}..."
+        raise ValueError(
+            f"--prompt {shown} has {len(unknown)} character(s) that are not in this model's "
+            f"vocabulary of {tokenizer.vocab_size:,} ({first}); use characters of the text the "
+            "model was trained on"
+        )
+
+
 def _print_samples(model, tokenizer, num, temperature, top_k, seed, max_len, prompt=None) -> None:
+    _check_prompt(prompt, tokenizer)
     g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed)
     if tokenizer.bos_id is not None:  # a model of documents: whole documents, from the prompt
-        docs = sample_documents(
-            model, tokenizer, num, max_len, temperature, top_k, g, prompt=prompt
-        )
-        for doc in docs:
-            print(doc + "\n" if "\n" in doc else doc)  # a blank line after a multi-line poem
+        for first in range(0, num, SAMPLE_BATCH):
+            docs = sample_documents(
+                model,
+                tokenizer,
+                min(SAMPLE_BATCH, num - first),
+                max_len,
+                temperature,
+                top_k,
+                g,
+                prompt=prompt,
+            )
+            for doc in docs:
+                print(doc + "\n" if "\n" in doc else doc)  # a blank line after a multi-line poem
         return
     start = prompt if prompt is not None else tokenizer.itos[0]
     for _ in range(num):
@@ -381,37 +453,137 @@ def _check_same_data(args, corpus, training) -> None:
         )
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def cmd_train(args: argparse.Namespace, signals: StopSignals | None = None) -> int:
+    signals = signals if signals is not None else StopSignals()
     try:
-        code = _train(args)
+        code = _train(args, signals)
         distributed.finish()  # only after success: a failed rank must not wait for the others
         return code
     finally:
         distributed.teardown()
 
 
-def _train(args: argparse.Namespace) -> int:
-    """The steps of a run. Every check that can fail runs before the first step."""
-    ranks, device = distributed.setup(choose_device(args.device))
+def _device(requested: str | None) -> torch.device:
+    """The device to run on, or a one-line refusal of one gptlib cannot run on."""
+    device = choose_device(requested)
+    given = requested or os.environ.get("GPTLIB_DEVICE")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(
+            f"device {given!r} is not one gptlib runs on (it holds no data); use cpu, cuda, "
+            "cuda:N or mps"
+        )
+    if device.type == "cuda" and device.index is not None:
+        count = torch.cuda.device_count()
+        if device.index >= count:
+            raise ValueError(
+                f"device {given!r} was asked for, but this machine has {count} CUDA device(s), "
+                f"cuda:0 to cuda:{count - 1}; pass one of those"
+            )
+    return device
+
+
+def _shadowed_corpus_note(data: str) -> str | None:
+    """A note when a file in this folder has the name of the built-in corpus being used."""
+    if data in BUILT_IN and os.path.exists(data):
+        return (
+            f"note: {data!r} is the built-in corpus; the file {data!r} in this folder is not "
+            f"read (pass --data ./{data} to train on it)"
+        )
+    return None
+
+
+def _warmup_check(settings) -> str | None:
+    """A note, before the first step, when the warmup is longer than the run."""
+    warmup, total = settings["warmup"], settings["steps"]
+    if warmup <= total:
+        return None
+    return (
+        f"note: the warmup of {warmup} steps is longer than this run of {total}: the learning "
+        f"rate rises to {total / warmup:.0%} of --lr {settings['lr']:g} and no further; pass "
+        f"--warmup {total // 10} (or anything up to {total}) to reach it"
+    )
+
+
+RESUMABLE = {  # settings a resumed run may change, applied from its first step
+    "steps": "--steps",
+    "batch_size": "--batch-size",
+    "lr": "--lr",
+    "warmup": "--warmup",
+    "schedule": "--schedule",
+    "eval_every": "--eval-every",
+    "seed": "--seed",
+}
+
+
+def _resume_changes(args, before: dict) -> dict[str, tuple]:
+    """{setting: (saved, given)} for each setting the resumed run is given a new value of."""
+    return {
+        k: (before.get(k, TRAIN_DEFAULTS[k]), getattr(args, k))
+        for k in RESUMABLE
+        if getattr(args, k) is not None and getattr(args, k) != before.get(k, TRAIN_DEFAULTS[k])
+    }
+
+
+def _early_config(args, settings, ck):
+    """The model shape and the memory of a step, checked before the data is read: a stand-in
+    vocabulary of two symbols (the real one only adds the embedding rows); checked again once
+    the data is in."""
+    if ck is not None:
+        cfg = ck.config
+    else:
+        changes = {k: getattr(args, k) for k in SHAPE_FLAGS if getattr(args, k) is not None}
+        cfg = preset(settings["preset"], 2, **changes)
+    return cfg
+
+
+def _train(args: argparse.Namespace, signals: StopSignals) -> int:
+    """The steps of a run. Every check that can fail runs before the first step; those that do
+    not need the data run before it is read."""
+    ranks, device = distributed.setup(_device(args.device))
     say = print if ranks.is_main else (lambda *a, **k: None)
     ck = _resumed(args.resume, device) if args.resume else None
     training = ck.training if ck is not None else None
     settings = _settings(args, training)
+    notes = [_shadowed_corpus_note(settings["data"]), _warmup_check(settings)]
+    changes = _resume_changes(args, training["settings"]) if ck is not None else {}
+    if ck is not None:
+        _check_resume_shape(args, ck)
+    check_memory(_early_config(args, settings, ck), settings["batch_size"], device)
     out = args.out or (args.resume if args.resume else DEFAULT_OUT)
     if ranks.is_main:
         out = output_path(out, data=settings["data"], resume=args.resume, overwrite=args.overwrite)
-        with claim(out):
-            return _run(args, settings, ck, out, ranks, device, say)
-    return _run(args, settings, ck, out, ranks, device, say)
+        with claim(out) as removed:
+            if removed:
+                notes.append(
+                    f"note: removed {len(removed)} temporary file(s) that an earlier run killed "
+                    f"while saving left beside {out}"
+                )
+            return _run(args, settings, ck, out, ranks, device, say, signals, notes, changes)
+    return _run(args, settings, ck, out, ranks, device, say, signals, notes, changes)
 
 
-def _run(args, settings, ck, out, ranks, device, say) -> int:
+def _check_resume_shape(args, ck) -> None:
+    _config(args, None, None, ck)  # refuses a different model shape
+
+
+def _load(settings, say):
+    """The corpus, with a line first when the file is large enough to take a while."""
+    data = settings["data"]
+    if data not in BUILT_IN and os.path.isfile(data):
+        size = os.path.getsize(data)
+        if size > 20_000_000:
+            say(f"reading {data} ({size / 1e6:,.0f} MB)...", flush=True)
+    return load_corpus(data, reading=settings["format"])
+
+
+def _run(args, settings, ck, out, ranks, device, say, signals, notes, changes) -> int:
     seed, total = settings["seed"], settings["steps"]
-    corpus = load_corpus(settings["data"], reading=settings["format"])
+    corpus = _load(settings, say)
     if ck is not None:
         _check_same_data(args, corpus, ck.training)
     cfg = _config(args, settings, corpus, ck)
     corpus.check_fits(cfg.block_size)
+    check_memory(cfg, settings["batch_size"], device)
     start = ck.step if ck is not None else 0
     if start >= total:
         raise ValueError(
@@ -431,59 +603,276 @@ def _run(args, settings, ck, out, ranks, device, say) -> int:
         f"preset {settings['preset']}  parameters {model.num_parameters():,}  "
         f"(L={cfg.n_layer} d={cfg.n_embd} h={cfg.n_head} T={cfg.block_size})"
     )
+    for note in notes:
+        if note:
+            say(note)
     opt = make_optimizer(model, settings["lr"])
     g = torch.Generator().manual_seed(distributed.rank_seed(seed, ranks.rank))
     if ck is not None:
         opt.load_state_dict(ck.optimizer_state)
         _restore(ck.training, g, ranks, device, say)
         say(f"resuming {args.resume} at step {start} of {total}")
+        if changes:
+            shown = ", ".join(
+                f"{RESUMABLE[k]} {_shown(a)} -> {_shown(b)}" for k, (a, b) in changes.items()
+            )
+            say(f"changed from step {start}: {shown}")
+        if "seed" in changes:  # the saved random state gives way to the new seed's
+            torch.manual_seed(seed)
+            g.manual_seed(distributed.rank_seed(seed, ranks.rank))
+            say(
+                f"note: windows and dropout are drawn afresh from seed {seed} from step {start}, "
+                "so the run is no longer the one that never stopped"
+            )
 
-    with StopAtStepBoundary(say) as stop:
-        say(f"training: Ctrl-C stops after the current step and saves the run to {out}")
-        hist = _train_steps(args, settings, model, opt, g, corpus, ck, ranks, device, stop)
-        states = gather_random_states(g, device)
-    done = hist.step[-1] + 1  # Ctrl-C lets the step it lands in finish: at least one step ran
-    if hist.interrupted:
-        say(f"interrupted at step {done} of {total}: keeping what was learned so far")
-    if not ranks.is_main:
-        return 0
-
-    if stop.presses < 2:
-        summary = _final_evaluation(model, corpus, device)  # {} if Ctrl-C stops it
-    else:
-        summary = {}
-        print("final evaluation skipped")
-    with saving_uninterrupted():
+    hist = ck.history if ck is not None else History()
+    kept = {"states": random_states(g, device), "step": start}
+    diverged = None
+    signals.mode = "defer"
+    try:
+        say(
+            f"training: Ctrl-C (or SIGTERM, SIGHUP) stops after the current step and saves to {out}"
+        )
+        try:
+            hist = _train_steps(
+                args, settings, model, opt, g, corpus, hist, start, ranks, device, signals, kept
+            )
+        except Diverged as e:
+            if ranks.distributed:
+                raise ValueError(f"{e}; under torchrun nothing was saved") from None
+            diverged = e
+        signals.mode = "hold"  # from here to the end of the save, a signal waits for the save
+        states = [kept["states"]] if diverged else gather_random_states(g, device)
+        done = hist.step[-1] + 1 if hist.step else start
+        if hist.interrupted:
+            say(f"interrupted at step {done} of {total}: keeping what was learned so far")
+        if not ranks.is_main:
+            return 0
+        if diverged and done == start:
+            raise ValueError(
+                f"{diverged}, before any step of this run finished, so there is nothing new to "
+                "save; start again with a lower --lr (or a longer --warmup)"
+            )
+        if diverged and not _finite(model):
+            raise ValueError(
+                f"{diverged}, and the weights are no longer finite, so nothing was saved"
+                + (f"; {out} keeps step {start}" if os.path.exists(out) else "")
+            )
+        optimizer = None if args.no_optimizer_state else opt
         saved = save_run(
             out,
             model,
             corpus,
-            None if args.no_optimizer_state else opt,
+            optimizer,
             done,
             hist,
             settings,
-            summary,
+            {},
             states,
             world_size=ranks.world_size,
             overwrite=args.overwrite or (args.resume is not None and same_file(out, args.resume)),
         )
+    finally:
+        signals.mode = "raise"
     if saved != out:
         print(f"{out} appeared while training (written by something else) and was left alone")
     print(f"saved {saved}")
+    if diverged:
+        lower = f"{settings['lr'] / 10:.3g}"
+        print(
+            f"{PROG} train: error: {diverged}; the run stopped there and its last finite state "
+            f"(step {done}) is saved in {saved}; continue with a lower learning rate: "
+            f"{_command('train', '--resume', saved, '--lr', lower)}",
+            file=sys.stderr,
+        )
+        return EXIT_DIVERGED
+
+    summary = {}
+    if len(signals.received) >= 2:
+        print("final evaluation skipped")
+    else:
+        summary = _final_evaluation(model, corpus, device, settings["batch_size"], args)
+    if summary:  # the same checkpoint, now with the evaluation
+        with signals.held():
+            save_run(
+                saved,
+                model,
+                corpus,
+                optimizer,
+                done,
+                hist,
+                settings,
+                summary,
+                states,
+                world_size=ranks.world_size,
+                overwrite=True,
+            )
     if hist.interrupted:
-        print(f"continue with: python -m gptlib train --resume {saved}")
-        return EXIT_INTERRUPTED
-    if args.samples > 0 and not stop.presses:
+        print(f"continue with: {_command('train', '--resume', saved)}")
+    if hist.interrupted or signals.received:
+        return exit_code(signals.first)
+    if args.samples > 0:
         print("samples (temperature 1.0):")
         longest = max(len(d) for d in corpus.documents) + 1 if corpus.documents else 200
         try:
             _print_samples(
                 model, corpus.tokenizer, args.samples, 1.0, None, seed, max(40, min(400, longest))
             )
-        except KeyboardInterrupt:
-            print("\nsamples stopped")
-            return EXIT_INTERRUPTED
+        except KeyboardInterrupt as e:
+            print(f"\n{_stop_name(e)}: samples stopped")
+            return exit_code(getattr(e, "signum", None))
     return 0
+
+
+PROG = "python -m gptlib"
+EXIT_DIVERGED = 1
+
+
+def _command(*args: str) -> str:
+    """`python -m gptlib ARGS`, quoted for a shell: a path with a space pastes as one word."""
+    return f"{PROG} {shlex.join(args)}"
+
+
+def _shown(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _stop_name(e: BaseException) -> str:
+    return signal_name(getattr(e, "signum", signal.SIGINT))
+
+
+def _finite(model) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+class Diverged(RuntimeError):
+    """The loss of a step was not finite. It is checked before that step's backward pass, so
+    the weights and the optimiser state are still those after the step before."""
+
+
+class _CheckedForward:
+    """The training forward pass, refusing a non-finite loss with `Diverged`."""
+
+    def __init__(self, forward, opt, hist: History, start: int) -> None:
+        self.forward, self.opt, self.hist, self.start = forward, opt, hist, start
+
+    def __call__(self, idx, labels):
+        logits, loss = self.forward(idx, labels)
+        if not torch.isfinite(loss):
+            step = self.hist.step[-1] + 1 if len(self.hist) else self.start
+            lr = self.opt.param_groups[0]["lr"]
+            raise Diverged(f"step {step}: the loss became {loss.item()} at lr {lr:.3g}")
+        return logits, loss
+
+
+def _train_steps(args, settings, model, opt, g, corpus, hist, start, ranks, device, signals, kept):
+    from tqdm.auto import tqdm
+
+    total = settings["steps"]
+    forward = distributed.wrap(model, ranks, device)
+    if args.compile:
+        forward = torch.compile(forward)
+    bar = tqdm(
+        initial=start,
+        total=total,
+        disable=args.no_progress or not ranks.is_main,
+        unit="step",
+        file=sys.stderr,
+    )
+
+    def on_step(hist):
+        kept["states"] = random_states(g, device)  # what a divergence at the next step keeps
+        post = {"loss": f"{hist.loss[-1]:.3f}"}
+        if hist.val_loss:
+            post[f"val@{hist.val_step[-1]}"] = f"{hist.val_loss[-1]:.3f}"
+        bar.set_postfix(post, refresh=False)
+        bar.update(1)  # shows this step's loss, set just above
+
+    val_tokens = corpus.val.to(device)
+    check = opt.register_step_pre_hook(_finite_gradients(model, hist, start))
+    try:
+        hist = train(
+            model,
+            corpus.train.to(device),
+            total - start,
+            settings["batch_size"],
+            val_tokens=val_tokens if ranks.is_main else None,
+            max_lr=settings["lr"],
+            warmup=settings["warmup"],
+            schedule=settings["schedule"],
+            min_lr=settings["lr"] / 10,
+            eval_every=settings["eval_every"],
+            seed=settings["seed"],
+            optimizer=opt,
+            history=hist,
+            callback=on_step,
+            start_step=start,
+            total_steps=total,
+            generators=[g],
+            forward=_CheckedForward(forward, opt, hist, start),
+            autocast_dtype=DTYPES[args.dtype],
+            should_stop=signals.requested,
+        )
+    finally:
+        check.remove()
+        bar.close()
+    return hist
+
+
+def _finite_gradients(model, hist: History, start: int):
+    """An optimiser pre-step hook that refuses non-finite gradients with `Diverged`: a finite loss
+    can still overflow its gradients, and a step taken with them makes every weight NaN."""
+
+    def hook(opt, args, kwargs):
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
+        if not torch.isfinite(norm):
+            step = hist.step[-1] + 1 if len(hist) else start
+            lr = opt.param_groups[0]["lr"]
+            raise Diverged(f"step {step}: the gradients became {norm.item()} at lr {lr:.3g}")
+
+    return hook
+
+
+# The final evaluation reads about this many windows from each split, in batches of the run's own
+# size (a batch that fitted training fits an evaluation, which keeps no gradients), 10 to 50 of
+# them.
+EVAL_WINDOWS = 1600
+
+
+def _final_evaluation(model, corpus, device, batch_size, args) -> dict:
+    """Train and validation loss beside the bigram baseline, printed; {} if a signal stops it
+    (the evaluation changes nothing that is saved, so it can be dropped at any point)."""
+    from tqdm.auto import tqdm
+
+    n = min(50, max(10, -(-EVAL_WINDOWS // batch_size)))
+    print(f"final evaluation: {n} batches of {batch_size} windows from each split", flush=True)
+    bar = tqdm(total=2 * n, disable=args.no_progress, unit="batch", file=sys.stderr)
+    try:
+        train_loss = _mean_loss(model, corpus.train.to(device), batch_size, n, bar)
+        val_loss = _mean_loss(model, corpus.val.to(device), batch_size, n, bar)
+        bar.close()
+        bigram = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
+    except KeyboardInterrupt as e:
+        bar.close()
+        print(f"\n{_stop_name(e)}: final evaluation stopped")
+        return {}
+    gap = bigram - val_loss
+    print(f"final train loss {train_loss:.4f}  val loss {val_loss:.4f} nats/token")
+    print(
+        f"bigram baseline val loss {bigram:.4f}  "
+        f"(model is {abs(gap):.4f} nats {'better' if gap >= 0 else 'worse'})"
+    )
+    return {"val_loss": val_loss, "bigram_val_loss": bigram}
+
+
+def _mean_loss(model, tokens, batch_size, n, bar) -> float:
+    """The mean loss of `n` batches, each drawn with its own fixed seed (the same every call)."""
+    total = 0.0
+    for i in range(n):
+        total += estimate_loss(model, tokens, batch_size, n_batches=1, seed=1234 + i)
+        bar.update(1)
+    return total / n
 
 
 def _restore(training, g, ranks, device, say) -> None:
@@ -503,74 +892,6 @@ def _restore(training, g, ranks, device, say) -> None:
     note = restore_random_states(states[ranks.rank], g, device)
     if note:
         say(note)
-
-
-def _train_steps(args, settings, model, opt, g, corpus, ck, ranks, device, stop):
-    from tqdm.auto import tqdm
-
-    start, total = (ck.step if ck is not None else 0), settings["steps"]
-    forward = distributed.wrap(model, ranks, device)
-    if args.compile:
-        forward = torch.compile(forward)
-    bar = tqdm(
-        initial=start,
-        total=total,
-        disable=args.no_progress or not ranks.is_main,
-        unit="step",
-        file=sys.stderr,
-    )
-
-    def on_step(hist):
-        bar.update(1)
-        post = {"loss": f"{hist.loss[-1]:.3f}"}
-        if hist.val_loss:
-            post["val"] = f"{hist.val_loss[-1]:.3f}"
-        bar.set_postfix(post, refresh=False)
-
-    val_tokens = corpus.val.to(device)
-    hist = train(
-        model,
-        corpus.train.to(device),
-        total - start,
-        settings["batch_size"],
-        val_tokens=val_tokens if ranks.is_main else None,
-        max_lr=settings["lr"],
-        warmup=settings["warmup"],
-        schedule=settings["schedule"],
-        min_lr=settings["lr"] / 10,
-        eval_every=settings["eval_every"],
-        seed=settings["seed"],
-        optimizer=opt,
-        history=ck.history if ck is not None else None,
-        callback=on_step,
-        start_step=start,
-        total_steps=total,
-        generators=[g],
-        forward=forward,
-        autocast_dtype=DTYPES[args.dtype],
-        should_stop=stop.requested,
-    )
-    bar.close()
-    return hist
-
-
-def _final_evaluation(model, corpus, device) -> dict:
-    """Train and validation loss beside the bigram baseline, printed; {} if Ctrl-C stops it (the
-    evaluation changes nothing that is saved, so it can be dropped at any point)."""
-    try:
-        train_loss = estimate_loss(model, corpus.train.to(device), n_batches=50)
-        val_loss = estimate_loss(model, corpus.val.to(device), n_batches=50)
-        bigram = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
-    except KeyboardInterrupt:
-        print("\nCtrl-C: final evaluation stopped")
-        return {}
-    gap = bigram - val_loss
-    print(f"final train loss {train_loss:.4f}  val loss {val_loss:.4f} nats/token")
-    print(
-        f"bigram baseline val loss {bigram:.4f}  "
-        f"(model is {abs(gap):.4f} nats {'better' if gap >= 0 else 'worse'})"
-    )
-    return {"val_loss": val_loss, "bigram_val_loss": bigram}
 
 
 def _sample_gpt2_folder(args: argparse.Namespace, device: torch.device) -> int:
@@ -596,7 +917,7 @@ def _sample_gpt2_folder(args: argparse.Namespace, device: torch.device) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    device = choose_device(args.device)
+    device = _device(args.device)
     if os.path.isdir(args.checkpoint):
         return _sample_gpt2_folder(args, device)
     ckpt = load_checkpoint(args.checkpoint, device)
@@ -621,20 +942,31 @@ def cmd_progress(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "train":
-            return cmd_train(args)
-        if args.command == "progress":
-            return cmd_progress(args)
-        return cmd_sample(args)
-    except (FileNotFoundError, CheckpointError, ValueError) as e:
-        parser.exit(2, f"{parser.prog} {args.command}: error: {e}\n")
-    except KeyboardInterrupt:  # at start-up, before training began: nothing to keep
-        where = "before training started: nothing was saved" if args.command == "train" else ""
-        print(f"\nCtrl-C: stopped {where}".rstrip(), file=sys.stderr)
-        return EXIT_INTERRUPTED
+    """The command line. Ctrl-C, SIGTERM and SIGHUP are handled from its first line to its last
+    (see `gptlib.run.StopSignals`): before training they stop it with nothing written."""
+    with StopSignals() as signals:
+        parser = build_parser()
+        args = None
+        try:
+            signals.take_early()  # a signal that came while the library was imported
+            args = parser.parse_args(argv)
+            if args.command == "train":
+                return cmd_train(args, signals)
+            if args.command == "progress":
+                return cmd_progress(args)
+            return cmd_sample(args)
+        except (FileNotFoundError, CheckpointError, ValueError) as e:
+            command = f" {args.command}" if args is not None else ""
+            parser.exit(2, f"{parser.prog}{command}: error: {_one_line(e)}\n")
+        except KeyboardInterrupt as e:  # at start-up, before training began: nothing to keep
+            training = args is None or args.command == "train"
+            where = " before training started: nothing was saved" if training else ""
+            print(f"\n{_stop_name(e)}: stopped{where}", file=sys.stderr)
+            return exit_code(getattr(e, "signum", None))
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 if __name__ == "__main__":

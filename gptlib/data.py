@@ -7,6 +7,7 @@ import hashlib
 import os
 import random
 import re
+import stat
 import statistics
 from dataclasses import dataclass
 from importlib import resources
@@ -75,6 +76,17 @@ def load_text(path: str | os.PathLike) -> str:
     if os.path.isdir(path):
         raise ValueError(f"{shown} is a folder, not a text file; {_GIVE_A_FILE}")
     try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):  # a pipe would wait forever, a device never end
+            raise ValueError(
+                f"{shown} is not a regular file (a pipe, a device, a socket); {_GIVE_A_FILE}"
+            )
+        if info.st_size > MAX_TEXT_BYTES:
+            raise ValueError(
+                f"{shown} holds {info.st_size / 1e9:,.1f} GB, more than the "
+                f"{MAX_TEXT_BYTES / 1e9:.1f} GB a text file may hold here (each character "
+                "becomes an 8-byte token in memory); give the first part of it"
+            )
         with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except FileNotFoundError:
@@ -89,7 +101,23 @@ def load_text(path: str | os.PathLike) -> str:
         raise ValueError(f"text file {shown} is empty")
     if not text.strip():
         raise ValueError(f"{shown} holds only blank lines / whitespace; give a file with text")
+    control = sum(text.count(c) for c in _CONTROL)
+    if control > MAX_CONTROL_SHARE * len(text):
+        raise ValueError(
+            f"{shown} does not look like text: {control:,} of its {len(text):,} characters "
+            f"({control / len(text):.0%}) are control characters such as NUL, more than "
+            f"{MAX_CONTROL_SHARE:.0%}; give a text file"
+        )
     return text
+
+
+# A text file larger than this is refused (1 GB: a character-level model of it would train for
+# months on a CPU, and its tokens alone take 8 GB).
+MAX_TEXT_BYTES = 1_000_000_000
+# Text has hardly any control characters besides tab and the line ends; a binary file, or one of
+# NUL bytes, is mostly made of them.
+_CONTROL = [chr(c) for c in range(32) if chr(c) not in "\t\n\r\x0b\x0c\x1b"] + ["\x7f"]
+MAX_CONTROL_SHARE = 0.01
 
 
 @dataclass

@@ -5,10 +5,11 @@
     out = output_path(args.out, data=..., resume=..., overwrite=...)  # refused before any work
     with claim(out):                         # one writer per checkpoint path at a time
         ...load the data, build or resume the model...
-        with StopAtStepBoundary() as stop:   # Ctrl-C finishes the step it lands in, then stops
-            hist = train(..., should_stop=stop.requested)
-        ...final evaluation, skipped by a second Ctrl-C...
+        signals.mode = "defer"               # Ctrl-C, SIGTERM, SIGHUP: finish the step, stop
+        hist = train(..., should_stop=signals.requested)
+        signals.mode = "hold"                # a signal now waits for the save
         save_run(out, ...)                   # atomic; never replaces a file it may not replace
+        ...final evaluation, skipped by a second signal; then the checkpoint is updated...
 
 Why Ctrl-C is deferred: a KeyboardInterrupt raised in the middle of a step lands after the batch
 was drawn (the generator moved on) but before the optimiser stepped, so the saved random state and
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,9 +34,15 @@ from contextlib import contextmanager
 import torch
 
 from gptlib import distributed
-from gptlib.checkpoint import CheckpointError, check_writable, load_checkpoint, save_checkpoint
+from gptlib.checkpoint import (
+    CheckpointError,
+    check_writable,
+    load_checkpoint,
+    save_checkpoint,
+    temporary_name_pattern,
+)
 from gptlib.data import Corpus
-from gptlib.model import GPT
+from gptlib.model import GPT, parameter_formula
 from gptlib.train import History
 
 try:  # POSIX: a lock the kernel releases when its process dies, however it dies
@@ -66,6 +74,11 @@ def output_path(
         raise ValueError(
             f"--out {out!r} names a folder; the checkpoint is one file: give a file name such as "
             f"--out {name}"
+        )
+    if os.path.islink(out) and not os.path.exists(out):
+        raise ValueError(
+            f"--out {out!r} is a symbolic link to {os.readlink(out)!r}, which does not exist; "
+            "give the path the checkpoint should have, or remove the link"
         )
     if data is not None and os.path.isfile(data) and same_file(out, data):
         raise ValueError(
@@ -103,63 +116,122 @@ def _describe(path: str) -> str:
     return f"a checkpoint at step {ck.step}{on}" if ck.step is not None else "a checkpoint"
 
 
+def lock_path(out: str) -> str:
+    """The lock that claims `out`: a hidden file beside it whose name says what it is (never a
+    name a user picks, like `OUT.lock`)."""
+    folder, base = os.path.split(os.path.abspath(out))
+    return os.path.join(folder, f".{base[:200]}.gptlib-lock")
+
+
+LOCK_MARK = "gptlib training run, process "
+
+
 @contextmanager
-def claim(out: str) -> Iterator[None]:
+def claim(out: str) -> Iterator[list[str]]:
     """Hold `out` for this run: a second run given the same `--out` is refused at start-up
     instead of silently replacing what the first one saves.
 
-    The claim is a lock on `OUT.lock`, taken without waiting and released when the run ends (the
-    kernel releases it too if the process dies, so a crash never leaves a stale claim behind).
+    The claim is a lock on `lock_path(out)`, taken without waiting and removed when the run ends
+    (the kernel releases the lock if the process dies, so a crash never leaves a claim that
+    blocks: the next run takes the file over). Only a file that is a gptlib lock is ever locked,
+    rewritten or removed. Holding the claim, it removes the temporary files that a run killed
+    while saving `out` left beside it (`kill -9`, a power cut), and yields their names.
     """
-    lock_path = out + ".lock"
-    os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
-    if fcntl is None:  # no advisory locks: an exclusive create, removed at the end
-        try:
-            fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            raise _busy(out, lock_path) from None
-        try:
-            os.write(fd, str(os.getpid()).encode())
-            yield
-        finally:
-            os.close(fd)
-            _remove(lock_path)
-        return
-    while True:
-        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise _busy(out, lock_path) from None
-        # The holder before us may have removed the file between our open and our lock: then we
-        # hold a lock nobody else can see. Lock the file that is there now instead.
-        try:
-            same = os.fstat(fd).st_ino == os.stat(lock_path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
+    path = lock_path(out)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = _take_lock(out, path)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        yield
+        removed = []
+        for tmp in orphaned_temporary_files(out):
+            try:
+                os.remove(tmp)
+                removed.append(tmp)
+            except FileNotFoundError:
+                pass
+        yield removed
     finally:
-        _remove(lock_path)  # removed while still locked, so no one locks a file about to go
+        _remove(path)  # removed while still locked, so no one locks a file about to go
         os.close(fd)
 
 
-def _busy(out: str, lock_path: str) -> ValueError:
+def _take_lock(out: str, path: str) -> int:
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666)
+        except FileExistsError:
+            if fcntl is None:  # no advisory locks: the file itself is the claim
+                raise _busy(out, path) from None
+            try:
+                fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+            except FileNotFoundError:
+                continue  # its run ended between our two opens: try again
+            except OSError:
+                raise _foreign(out, path) from None
+            if not _holds_lock_mark(fd):
+                os.close(fd)
+                raise _foreign(out, path) from None
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise _busy(out, path) from None
+            # The holder before us may have removed the file between our open and our lock: then
+            # we hold a lock nobody else can see. Lock the file that is there now instead.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{LOCK_MARK}{os.getpid()}\n".encode())
+        return fd
+
+
+def _holds_lock_mark(fd: int) -> bool:
+    """True for a gptlib lock (or one being created: still empty); False for anything else."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return False
+    head = os.pread(fd, 200, 0)
+    return not head or head.startswith(LOCK_MARK.encode())
+
+
+def orphaned_temporary_files(out: str) -> list[str]:
+    """The temporary files a save of `out` leaves if it is killed before it ends."""
+    folder = os.path.dirname(os.path.abspath(out))
+    pattern = temporary_name_pattern(out)
     try:
-        with open(lock_path) as f:
-            pid = f.read().strip()
+        names = os.listdir(folder)
     except OSError:
-        pid = ""
+        return []
+    return [os.path.join(folder, n) for n in sorted(names) if pattern.fullmatch(n)]
+
+
+def _busy(out: str, path: str) -> ValueError:
+    try:
+        with open(path) as f:
+            text = f.read(200)
+    except OSError:
+        text = ""
+    pid = text[len(LOCK_MARK) :].strip() if text.startswith(LOCK_MARK) else ""
     who = f"process {pid}" if pid else "another process"
+    if fcntl is None:
+        return ValueError(
+            f"another training run ({who}) is writing {out!r} (it holds {path!r}); wait for it "
+            "to finish, or choose another --out; if no run is going, remove that file"
+        )
     return ValueError(
         f"another training run ({who}) is writing {out!r} right now; wait for it to finish, or "
         f"choose another --out"
+    )
+
+
+def _foreign(out: str, path: str) -> ValueError:
+    return ValueError(
+        f"{path!r}, the name gptlib locks to claim --out {out!r}, is a file gptlib did not "
+        "write; it was left alone: move it away, or choose another --out"
     )
 
 
@@ -170,74 +242,153 @@ def _remove(path: str) -> None:
         pass
 
 
-# -- Ctrl-C ---------------------------------------------------------------------------------------
+# -- Ctrl-C, SIGTERM and SIGHUP -----------------------------------------------------------------
+
+# The ways a run is asked to stop: Ctrl-C (SIGINT); `kill`, `docker stop`, a scheduler's
+# preemption or time limit (SIGTERM); a closed terminal or ssh connection (SIGHUP).
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
-def _can_handle_sigint() -> bool:
-    """Signal handlers can be set in the main thread only; and a process started with SIGINT
-    ignored (`nohup`, a background job of a script) keeps ignoring it, as it asked."""
-    return (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
-    )
+def signal_name(signum: int) -> str:
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
-class StopAtStepBoundary:
-    """While active, Ctrl-C asks the run to stop instead of raising KeyboardInterrupt mid-step.
+def exit_code(signum: int | None) -> int:
+    """What a shell reports for a program stopped by the signal: 128 + its number."""
+    return EXIT_INTERRUPTED if signum is None else 128 + signum
 
-    `requested()` is what `train(should_stop=...)` polls after every step: True once Ctrl-C was
-    pressed (under torchrun, once any rank's was: every rank must stop after the same step, or
-    the others would wait for it forever). `presses` counts them: a second one also skips the
-    final evaluation. Outside the main thread (no signal handlers there), or where SIGINT is
-    ignored, it is inert.
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal where the work may be cut short: at start-up (nothing to keep yet), in the
+    final evaluation and in the samples (the run is saved by then). A KeyboardInterrupt, so code
+    that stops cleanly on Ctrl-C stops cleanly on the others too."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal_name(signum))
+        self.signum = signum
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _early_signals() -> list[int]:
+    """The stop signals that arrived while `python -m gptlib` imported the library (kept by
+    gptlib/__init__.py), before a `StopSignals` took over."""
+    from gptlib import _early_signals
+
+    return _early_signals.received
+
+
+class StopSignals:
+    """One handler for SIGINT, SIGTERM and SIGHUP over a whole command, in one of three modes:
+
+    - "raise" (start-up, final evaluation, samples): raise `Stopped`, cutting the work short;
+    - "defer" (training): note it; `requested()` tells the loop to stop after the current step
+      (under torchrun, once any rank's was: every rank must stop after the same step, or the
+      others would wait for it forever);
+    - "hold" (while the checkpoint is written): note it and carry on.
+
+    `received` lists the signals in order: the first one sets the exit code (128 + signal), a
+    second one skips the final evaluation. A signal the process was started with ignored
+    (`nohup` ignores SIGHUP, a background job of a script SIGINT) stays ignored; outside the main
+    thread (no signal handlers there) it is inert.
     """
 
-    def __init__(self, say: Callable[[str], None] = print) -> None:
+    def __init__(self, say: Callable[[str], None] = print, mode: str = "raise") -> None:
         self.say = say
-        self.presses = 0
-        self._previous = None
+        self.mode = mode
+        self.received: list[int] = []
+        self._previous: dict[int, object] = {}
 
-    def _on_sigint(self, signum, frame) -> None:
-        self.presses += 1
-        if self.presses == 1:
+    @property
+    def presses(self) -> int:
+        return len(self.received)
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+    def _handle(self, signum, frame) -> None:
+        self.received.append(signum)
+        if self.mode == "raise":
+            raise Stopped(signum)
+        name = signal_name(signum)
+        if self.mode == "hold":
+            self.say(f"\n{name}: saving, one moment")
+        elif len(self.received) == 1:
             self.say(
-                "\nCtrl-C: finishing this step, then saving (Ctrl-C again skips the final "
-                "evaluation)"
+                f"\n{name}: finishing this step, then saving (Ctrl-C or another signal skips the "
+                "final evaluation)"
             )
         else:
-            self.say("\nCtrl-C: the final evaluation will be skipped; saving")
+            self.say(f"\n{name}: the final evaluation will be skipped; saving")
 
     def requested(self) -> bool:
-        local = self.presses > 0
+        local = bool(self.received)
         if not torch.distributed.is_initialized():
             return local
         flag = torch.tensor([float(local)], device=distributed.collective_device())
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         return bool(flag.item())
 
-    def __enter__(self) -> StopAtStepBoundary:
-        if _can_handle_sigint():
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+    @contextmanager
+    def mode_of(self, mode: str) -> Iterator[StopSignals]:
+        before, self.mode = self.mode, mode
+        try:
+            yield self
+        finally:
+            self.mode = before
+
+    def deferred(self):
+        return self.mode_of("defer")
+
+    def held(self):
+        return self.mode_of("hold")
+
+    def __enter__(self) -> StopSignals:
+        if _in_main_thread():
+            for signum in STOP_SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
+    def take_early(self) -> None:
+        """Handle, in this mode, the stop signals that arrived during the imports."""
+        early = _early_signals()
+        while early and self._previous:
+            signum = early.pop(0)
+            if signum in self._previous:
+                self._handle(signum, None)
+
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+
+
+class StopAtStepBoundary(StopSignals):
+    """While active, Ctrl-C, SIGTERM and SIGHUP ask the run to stop instead of raising
+    KeyboardInterrupt mid-step; `requested()` is what `train(should_stop=...)` polls."""
+
+    def __init__(self, say: Callable[[str], None] = print) -> None:
+        super().__init__(say, mode="defer")
 
 
 @contextmanager
-def saving_uninterrupted(say: Callable[[str], None] = print) -> Iterator[None]:
-    """Ctrl-C while the checkpoint is written is noted and ignored: saving takes a moment and a
-    checkpoint half-saved is worth nothing (the write is atomic anyway)."""
-    if not _can_handle_sigint():
-        yield
+def saving_uninterrupted(
+    say: Callable[[str], None] = print, signals: StopSignals | None = None
+) -> Iterator[None]:
+    """A stop signal while the checkpoint is written is noted and ignored: saving takes a moment
+    and a checkpoint half-saved is worth nothing (the write is atomic anyway)."""
+    if signals is not None:
+        with signals.held():
+            yield
         return
-    previous = signal.signal(signal.SIGINT, lambda s, f: say("\nCtrl-C: saving, one moment"))
-    try:
+    with StopSignals(say, mode="hold"):
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 # -- random states --------------------------------------------------------------------------------
@@ -328,3 +479,71 @@ def save_run(
         except FileExistsError:
             continue
     raise CheckpointError(f"could not find a free name beside {out!r} to save the run")
+
+
+# -- what a run needs -----------------------------------------------------------------------------
+
+
+def training_memory(cfg, batch_size: int) -> int:
+    """A lower bound, in bytes, on the memory one training step of `cfg` at `batch_size` holds:
+    the weights with their gradients and AdamW's two moments (16 bytes a parameter), the
+    activations autograd keeps for the backward pass, at least 10 floats per position and
+    feature in every block, and, for the written-out attention, one B x h x T x T table of
+    attention weights per block plus the one being computed; and the logits with their log-softmax.
+    A step needs more than this (temporary tensors, the allocator's slack); never less."""
+    B, T, d, L = batch_size, cfg.block_size, cfg.n_embd, cfg.n_layer
+    need = 16 * parameter_formula(cfg) + L * 10 * B * T * d * 4 + 2 * B * T * cfg.vocab_size * 4
+    if cfg.attention == "manual":
+        need += (L + 1) * B * cfg.n_head * T * T * 4
+    return need
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes free for a run on `device` (None where it cannot be told): on CUDA the device's free
+    memory, on a CPU the memory the operating system says it can still give."""
+    if device.type == "cuda":
+        try:
+            return torch.cuda.mem_get_info(device)[0]
+        except RuntimeError:
+            return None
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def check_memory(cfg, batch_size: int, device: torch.device) -> None:
+    """Refuse, before any work, a run whose step cannot fit in the memory `device` has free."""
+    have = available_memory(device)
+    need = training_memory(cfg, batch_size)
+    if have is None or need <= have:
+        return
+    attention = (
+        f"; the attention weights alone are {cfg.n_layer + 1} x B x h x T x T = "
+        f"{_size((cfg.n_layer + 1) * batch_size * cfg.n_head * cfg.block_size**2 * 4)} "
+        "(--attention sdpa does not keep them)"
+        if cfg.attention == "manual"
+        else ""
+    )
+    raise ValueError(
+        f"a training step with --batch-size {batch_size} and block_size {cfg.block_size} needs "
+        f"at least {_size(need)} and {device} has {_size(have)} free{attention}; lower "
+        "--batch-size or --block-size"
+    )

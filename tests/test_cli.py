@@ -66,10 +66,9 @@ def test_text_file_training(tmp_path, capsys):
             "--no-progress",
         ]
     )
+    assert "vocab 11" in capsys.readouterr().out  # h e l o w r d t c, space and newline
     main(["sample", str(out), "--num", "1", "--prompt", "hel", "--max-len", "5"])
-    printed = capsys.readouterr().out
-    assert "vocab 11" in printed  # h e l o w r d t c, space and newline
-    sample = printed.split(f"saved {out}\n")[1]
+    sample = capsys.readouterr().out
     assert sample.startswith("hel") and sample.endswith("\n---\n")
     assert len(sample) == len("hel") + 5 + len("\n---\n")  # prompt + 5 new characters
 

@@ -199,14 +199,14 @@ def test_two_processes_writing_the_same_out(tmp_path):
 
 def test_a_file_that_appears_during_the_run_is_not_replaced(tmp_path, capsys, monkeypatch):
     out = tmp_path / "m.pt"
-    real = gptlib.cli.estimate_loss
+    real = TRAIN.estimate_loss
 
     def someone_writes(*a, **k):  # another program writes `out` while this run trains
         if not out.exists():
             out.write_text("theirs")
         return real(*a, **k)
 
-    monkeypatch.setattr(gptlib.cli, "estimate_loss", someone_writes)
+    monkeypatch.setattr(TRAIN, "estimate_loss", someone_writes)  # the step's validation loss
     assert _train(out, "--steps", "2") == 0
     text = capsys.readouterr().out
     assert out.read_text() == "theirs"
@@ -301,13 +301,18 @@ def test_ctrl_c_twice_skips_the_final_evaluation_and_still_saves(tmp_path, capsy
 @needs_main_thread
 def test_ctrl_c_during_the_final_evaluation_and_the_save(tmp_path, capsys, monkeypatch, whole):
     part = tmp_path / "p.pt"
-    _interrupt_when(monkeypatch, gptlib.cli, "estimate_loss", 1)
     _interrupt_when(monkeypatch, gptlib.run, "save_checkpoint", 1)
-    assert _train(part) == 0  # the run had finished: only its evaluation was cut short
+    _interrupt_when(monkeypatch, gptlib.cli, "estimate_loss", 3)
+    # The run had finished: it is saved before the evaluation, which the second Ctrl-C cuts
+    # short; a stopped command prints no samples and says it was stopped.
+    assert _train(part, samples="3") == 130
     text = capsys.readouterr()
     assert "Traceback" not in text.err
     assert "final evaluation stopped" in text.out and "saving, one moment" in text.out
-    assert load_checkpoint(part).step == STEPS
+    assert "samples" not in text.out and "continue with" not in text.out
+    assert text.out.index("saved") < text.out.index("final evaluation stopped")
+    ck = load_checkpoint(part)
+    assert ck.step == STEPS and "val_loss" not in ck.extra  # the first save, whole
     assert _max_weight_difference(whole, part) == 0
 
 

@@ -1,0 +1,146 @@
+"""How much of each exercise's answer a stored notebook already shows.
+
+    python tests/near_copy.py          every exercise, its closest stored code cells
+    python tests/near_copy.py 03 07    the exercises of notebooks 03 and 07
+
+For every exercise, the reference solution's bodies (what `show_solution` prints, without the
+`def` lines, docstrings and comments) are read as Python tokens, names normalised: a variable is
+`ID` whatever it is called, while attributes (`.transpose`, `.softmax`), keywords, builtins,
+module names (`torch`, `F`, `math`) and numbers stay as written. Each stored code cell of both
+editions is read the same way. The score of a cell is the share of the reference's tokens found
+in it, in order, in runs of at least `RUN` tokens: 1.0 is the answer itself, under another
+spelling; a formula written once for another case (2-D `Q @ K.T`, say) shares a few short runs
+and scores low. `tests/test_near_copy.py` fails at `LIMIT` or above.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import difflib
+import io
+import json
+import keyword
+import sys
+import tokenize
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = 5  # the shortest run of tokens in order that counts as copied
+LIMIT = 0.5  # a cell holding half the answer, in order, is a near-copy
+MODULES = {"torch", "F", "nn", "math", "np"}
+
+
+def normalised(source: str) -> list[str]:
+    """The tokens of `source`, comments and layout dropped, variables as ID."""
+    out: list[str] = []
+    previous = ""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return out
+    depth = 0
+    for j, tok in enumerate(tokens):
+        if tok.string in "([{" and tok.type == tokenize.OP:
+            depth += 1
+        elif tok.string in ")]}" and tok.type == tokenize.OP:
+            depth -= 1
+        if tok.type in (
+            tokenize.COMMENT,
+            tokenize.NL,
+            tokenize.NEWLINE,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+            tokenize.ENCODING,
+            tokenize.ENDMARKER,
+        ):
+            continue
+        text = tok.string
+        if tok.type == tokenize.NAME:
+            following = tokens[j + 1].string if j + 1 < len(tokens) else ""
+            keep = (
+                previous == "."
+                or (depth > 0 and following == "=")  # a keyword argument: dim=, dtype=
+                or keyword.iskeyword(text)
+                or hasattr(builtins, text)
+                or text in MODULES
+            )
+            text = text if keep else "ID"
+        elif tok.type == tokenize.STRING:
+            text = "STR"
+        out.append(text)
+        previous = tok.string
+    return out
+
+
+def _bodies(source: str) -> str:
+    """The statements inside every function of `source`, docstrings dropped, as source."""
+    tree = ast.parse(source)
+    parts = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]  # the docstring
+            parts += [ast.unparse(s) for s in body if not isinstance(s, ast.FunctionDef)]
+    return "\n".join(parts)
+
+
+def reference_tokens(check) -> list[str]:
+    """The answer `show_solution(check)` prints, as normalised tokens."""
+    import gptlib.exercises as ex
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        ex.show_solution(check)
+    return normalised(_bodies(printed.getvalue()))
+
+
+def score(reference: list[str], cell: list[str]) -> float:
+    """The share of `reference` found in `cell`, in order, in runs of at least RUN tokens."""
+    if not reference:
+        return 0.0
+    matcher = difflib.SequenceMatcher(None, reference, cell, autojunk=False)
+    found = sum(b.size for b in matcher.get_matching_blocks() if b.size >= RUN)
+    return found / len(reference)
+
+
+def stored_cells() -> list[tuple[str, int, list[str]]]:
+    """(notebook path, cell index, tokens) for every code cell of both editions."""
+    cells = []
+    for path in sorted(ROOT.glob("notebooks/**/[0-9][0-9]_*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        for i, cell in enumerate(nb["cells"]):
+            if cell["cell_type"] == "code":
+                source = "".join(cell["source"])
+                lines = [line for line in source.splitlines() if line.lstrip()[:1] not in "%!"]
+                cells.append((str(path.relative_to(ROOT)), i, normalised("\n".join(lines))))
+    return cells
+
+
+def closest(notebooks: set[str] | None = None, top: int = 3):
+    """{check name: [(score, notebook, cell), ...] best first} for every exercise."""
+    import gptlib.exercises as ex
+    from gptlib.exercises.progress import EXERCISES
+
+    cells = stored_cells()
+    found = {}
+    for e in EXERCISES:
+        if notebooks and e.notebook not in notebooks:
+            continue
+        ref = reference_tokens(getattr(ex, e.check))
+        scored = sorted(((score(ref, toks), nb, i) for nb, i, toks in cells), reverse=True)
+        found[e.check] = (len(ref), scored[:top])
+    return found
+
+
+def main(argv: list[str]) -> int:
+    for check, (n, best) in closest(set(argv) or None).items():
+        shown = ", ".join(f"{s:.2f} {nb} cell {i}" for s, nb, i in best)
+        print(f"{check} ({n} tokens): {shown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -8,9 +8,10 @@ For every exercise, the reference solution's bodies (what `show_solution` prints
 `ID` whatever it is called, while attributes (`.transpose`, `.softmax`), keywords, builtins,
 module names (`torch`, `F`, `math`) and numbers stay as written. Each stored code cell of both
 editions is read the same way. The score of a cell is the share of the reference's tokens found
-in it, in order, in runs of at least `RUN` tokens: 1.0 is the answer itself, under another
-spelling; a formula written once for another case (2-D `Q @ K.T`, say) shares a few short runs
-and scores low. `tests/test_near_copy.py` fails at `LIMIT` or above.
+in it, in order, in runs of at least `RUN` tokens, each token weighed by how rare it is among the
+stored cells (`(` and `ID` weigh almost nothing, `.masked_fill` much more): 1.0 is the answer
+itself, under another spelling; a formula written once for another case (2-D `Q @ K.T`, say)
+shares a few short runs and scores lower. `tests/test_near_copy.py` fails at `LIMIT` or above.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import difflib
 import io
 import json
 import keyword
+import math
 import sys
 import tokenize
 from pathlib import Path
@@ -29,11 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RUN = 5  # the shortest run of tokens in order that counts as copied
 LIMIT = 0.5  # a cell holding half the answer, in order, is a near-copy
+SHORT = 40  # an answer shorter than this is compared with its names as written
 MODULES = {"torch", "F", "nn", "math", "np"}
 
 
-def normalised(source: str) -> list[str]:
-    """The tokens of `source`, comments and layout dropped, variables as ID."""
+def normalised(source: str, names: bool = False) -> list[str]:
+    """The tokens of `source`, comments and layout dropped, variables as ID (as written, with
+    `names`)."""
     out: list[str] = []
     previous = ""
     try:
@@ -66,7 +70,7 @@ def normalised(source: str) -> list[str]:
                 or hasattr(builtins, text)
                 or text in MODULES
             )
-            text = text if keep else "ID"
+            text = text if keep or names else "ID"
         elif tok.type == tokenize.STRING:
             text = "STR"
         out.append(text)
@@ -87,26 +91,45 @@ def _bodies(source: str) -> str:
     return "\n".join(parts)
 
 
-def reference_tokens(check) -> list[str]:
+def reference_tokens(check, names: bool = False) -> list[str]:
     """The answer `show_solution(check)` prints, as normalised tokens."""
     import gptlib.exercises as ex
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         ex.show_solution(check)
-    return normalised(_bodies(printed.getvalue()))
+    return normalised(_bodies(printed.getvalue()), names)
 
 
-def score(reference: list[str], cell: list[str]) -> float:
-    """The share of `reference` found in `cell`, in order, in runs of at least RUN tokens."""
+def weights(cells: list[list[str]]) -> dict[str, float]:
+    """How telling each token is: log(number of cells / cells holding it). `(`, `ID` and `=`
+    are in nearly every cell and weigh almost nothing; `.masked_fill` or `triu` weigh much more."""
+    held: dict[str, int] = {}
+    for toks in cells:
+        for t in set(toks):
+            held[t] = held.get(t, 0) + 1
+    n = len(cells) + 1
+    return {t: math.log(n / (1 + k)) + 0.05 for t, k in held.items()}
+
+
+def score(reference: list[str], cell: list[str], weight: dict[str, float] | None = None) -> float:
+    """The share of `reference` found in `cell`, in order, in runs of at least RUN tokens, each
+    token counted by its `weight` (1 each without one)."""
     if not reference:
         return 0.0
+    w = weight or {}
+    default = max(w.values(), default=1.0)  # a token no stored cell has is the most telling
     matcher = difflib.SequenceMatcher(None, reference, cell, autojunk=False)
-    found = sum(b.size for b in matcher.get_matching_blocks() if b.size >= RUN)
-    return found / len(reference)
+    found = sum(
+        w.get(t, default)
+        for b in matcher.get_matching_blocks()
+        if b.size >= RUN
+        for t in reference[b.a : b.a + b.size]
+    )
+    return found / sum(w.get(t, default) for t in reference)
 
 
-def stored_cells() -> list[tuple[str, int, list[str]]]:
+def stored_cells(names: bool = False) -> list[tuple[str, int, list[str]]]:
     """(notebook path, cell index, tokens) for every code cell of both editions."""
     cells = []
     for path in sorted(ROOT.glob("notebooks/**/[0-9][0-9]_*.ipynb")):
@@ -115,23 +138,37 @@ def stored_cells() -> list[tuple[str, int, list[str]]]:
             if cell["cell_type"] == "code":
                 source = "".join(cell["source"])
                 lines = [line for line in source.splitlines() if line.lstrip()[:1] not in "%!"]
-                cells.append((str(path.relative_to(ROOT)), i, normalised("\n".join(lines))))
+                cells.append((str(path.relative_to(ROOT)), i, normalised("\n".join(lines), names)))
     return cells
 
 
 def closest(notebooks: set[str] | None = None, top: int = 3):
-    """{check name: [(score, notebook, cell), ...] best first} for every exercise."""
+    """{check name: (tokens, [(score, notebook, cell), ...] best first)} for every exercise.
+
+    An answer of fewer than SHORT tokens (two lines, say) is compared with its names as
+    written: under normalised names `x @ w_fc.T` would be every `a @ b.T` of the course. A longer
+    one is scored both ways, and the higher score counts."""
     import gptlib.exercises as ex
     from gptlib.exercises.progress import EXERCISES
 
-    cells = stored_cells()
+    kinds = {}
+    for names in (False, True):
+        cells = stored_cells(names)
+        kinds[names] = (cells, weights([toks for _, _, toks in cells]))
     found = {}
     for e in EXERCISES:
         if notebooks and e.notebook not in notebooks:
             continue
-        ref = reference_tokens(getattr(ex, e.check))
-        scored = sorted(((score(ref, toks), nb, i) for nb, i, toks in cells), reverse=True)
-        found[e.check] = (len(ref), scored[:top])
+        check = getattr(ex, e.check)
+        best: dict[tuple[str, int], float] = {}
+        n = len(reference_tokens(check))
+        for names in (False, True) if n >= SHORT else (True,):
+            ref = reference_tokens(check, names)
+            cells, weight = kinds[names]
+            for nb, i, toks in cells:
+                best[nb, i] = max(best.get((nb, i), 0.0), score(ref, toks, weight))
+        scored = sorted(((s, nb, i) for (nb, i), s in best.items()), reverse=True)
+        found[e.check] = (n, scored[:top])
     return found
 
 

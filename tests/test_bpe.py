@@ -250,6 +250,22 @@ def test_merge_exercise_check():
     assert not result.passed and "uses up both ids" in result.message
 
 
+def test_merge_check_accepts_a_tuple_and_names_overlaps():
+    assert check_merge(lambda ids, pair, new_id: tuple(solution_merge(ids, pair, new_id))).passed
+
+    def overlapping(ids, pair, new_id):  # a a a -> new new: the middle id used twice
+        out = []
+        for i in range(len(ids)):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+                out.append(new_id)
+            elif not (i and (ids[i - 1], ids[i]) == tuple(pair)):
+                out.append(ids[i])
+        return out
+
+    result = check_merge(overlapping)
+    assert not result.passed and "the middle a was used by two merges" in result.message
+
+
 def test_show_solution_prints_the_reference(capsys):
     show_solution(check_merge)
     out = capsys.readouterr().out

@@ -36,7 +36,8 @@ def _wpe_rows(ids, wpe):
     ("wrong", "hint"),
     [
         (lambda ids, wte, wpe: wte[ids], "positions are missing"),
-        (lambda ids, wte, wpe: wte[ids] + wpe[ids], "with the token ids"),
+        (lambda ids, wte, wpe: wte[ids] + wpe[ids], "chosen by the token ids"),
+        (lambda ids, wte, wpe: wte[ids] + wpe, "a window of n tokens has n places"),
         (lambda ids, wte, wpe: wte[ids] + wpe[0], "place 0"),
         (
             lambda ids, wte, wpe: torch.cat(
@@ -47,12 +48,12 @@ def _wpe_rows(ids, wpe):
         (
             # one_hot without num_classes: as wide as the largest id + 1, not V
             lambda ids, wte, wpe: F.one_hot(ids).float() @ wte + _wpe_rows(ids, wpe),
-            "num_classes=V",
+            "without num_classes is max(ids) + 1",
         ),
         (
             # one_hot left as integers
             lambda ids, wte, wpe: F.one_hot(ids, wte.size(0)) @ wte + _wpe_rows(ids, wpe),
-            ".float()",
+            "F.one_hot returns integers",
         ),
     ],
 )
@@ -68,9 +69,8 @@ def test_positions_counted_from_one_are_named():
         return wte[ids] + wpe[pos]
 
     assert check_embed(embed).message == (
-        "✗ embed: the positions are off by one: the window's places were counted from 1, so the "
-        "first token got row 1 of the position table and row 0 was never used; the first place "
-        "in the window is place 0"
+        "✗ embed: the positions are off by one: the first token got row 1 of the position table "
+        "and row 0 was never used (the places were counted from 1)"
     )
 
 
@@ -80,3 +80,14 @@ def test_unwritten_stub_is_reported():
 
     result = check_embed(stub)
     assert not result.passed and "not written yet" in result.message
+
+
+@pytest.mark.parametrize(
+    "fix",
+    ["add wpe[0..n-1]", "index it with torch.arange(n)", "wpe[torch.arange(n)]", "num_classes=V"],
+)
+def test_no_message_gives_the_fix(fix):
+    from gptlib.exercises import embeddings
+
+    texts = [m for m, _ in embeddings._MISTAKES] + [h for _, h in embeddings._ERROR_HINTS]
+    assert not [t for t in texts if fix in t]

@@ -198,11 +198,55 @@ def test_each_step_mistake_gets_its_hint(hint, wrong):
 def test_step_written_by_hand_without_greedy_is_named():
     @torch.no_grad()
     def step_first_try(model, idx, temperature, top_k, top_p, generator):
+        model.eval()
         logits, _ = model(idx[:, -model.cfg.block_size :])
+        model.train()
         logits = filter_logits(logits[:, -1, :] / temperature, top_k, top_p)
         return torch.multinomial(logits.softmax(-1), 1, generator=generator)
 
     assert "temperature 0 divided by zero" in generation.check_sample_step(step_first_try).message
+
+
+def test_step_handed_a_training_model_with_dropout():
+    model, *_ = generation._step_inputs()(torch.Generator().manual_seed(0))
+    assert model.training
+    assert model.cfg.dropout > 0
+
+
+def test_step_that_forgets_eval_is_named():
+    @torch.no_grad()
+    def step_first_try(model, idx, temperature, top_k, top_p, generator):  # no model.eval()
+        logits = model(idx[:, -model.cfg.block_size :])[0][:, -1, :]
+        if temperature == 0:
+            return logits.argmax(dim=-1, keepdim=True)
+        logits = filter_logits(logits / temperature, top_k, top_p)
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)
+
+    message = generation.check_sample_step(step_first_try).message
+    assert message.startswith("✗ sample_step: the model ran in training mode")
+
+
+def test_step_that_leaves_the_model_in_eval_mode_is_named():
+    def step_first_try(model, idx, temperature, top_k, top_p, generator):
+        model.eval()
+        with torch.no_grad():
+            logits = model(idx[:, -model.cfg.block_size :])[0][:, -1, :]
+        if temperature == 0:
+            return logits.argmax(dim=-1, keepdim=True)
+        logits = filter_logits(logits / temperature, top_k, top_p)
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)
+
+    message = generation.check_sample_step(step_first_try).message
+    assert "left it in eval mode" in message
+
+
+def test_step_solution_restores_the_mode():
+    model, idx, *_ = generation._step_inputs()(torch.Generator().manual_seed(0))
+    generation.solution_sample_step(model, idx, 1.0, None, None, torch.Generator())
+    assert model.training
+    model.eval()
+    generation.solution_sample_step(model, idx, 1.0, None, None, torch.Generator())
+    assert not model.training
 
 
 def test_flat_step_output_reports_the_shape():

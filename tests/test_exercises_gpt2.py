@@ -125,7 +125,7 @@ def test_one_weight_not_transposed_is_named_by_its_shape():
 
     result = ex_gpt2.check_to_gptlib(_reader(forgot_fc))
     assert _says(result, "blocks.0.mlp.fc.weight has shape [8, 32], GPT-2's Conv1D layout")
-    assert "transpose it" in result.message
+    assert "transpose" not in result.message  # the symptom, not the fix
 
 
 def test_q_k_v_in_another_order_is_named_with_the_order():
@@ -167,8 +167,26 @@ def test_gpt2_part_names_kept_are_named():
 def test_a_tensor_under_the_wrong_name_is_named():
     parts = dict(_PARTS, **{"attn.c_proj": "mlp.proj", "mlp.c_proj": "attn.proj"})
     result = ex_gpt2.check_to_gptlib(_reader(_conv1d_weights, parts=parts))
-    # attn.c_proj [d, d] becomes [d, d]; mlp.c_proj [4d, d] becomes [d, 4d]: shapes show it first
-    assert _says(result, "blocks.0.attn.proj.weight has shape [8, 32], expected [8, 8]")
+    # attn.proj gets mlp.c_proj's numbers, converted: named as such, before the shapes
+    assert _says(
+        result,
+        "blocks.0.attn.proj.weight holds the numbers of GPT-2's transformer.h.0.mlp.c_proj.weight, "
+        "which belong in blocks.0.mlp.proj.weight",
+    )
+
+
+def test_fc_and_proj_swapped_is_named_as_a_swap():
+    parts = dict(_PARTS, **{"mlp.c_fc": "mlp.proj", "mlp.c_proj": "mlp.fc"})
+    result = ex_gpt2.check_to_gptlib(_reader(_conv1d_weights, parts=parts))
+    assert result.message == f"✗ {NAME}: {ex_gpt2.MISTAKES[-2][0]}"
+    assert "mlp.fc and mlp.proj are swapped" in result.message
+    assert "transpose" not in result.message
+
+
+def test_no_message_gives_the_fix():
+    for hint, _ in ex_gpt2.MISTAKES:
+        assert "transpose it" not in hint and "transpose all" not in hint
+        assert "transpose only" not in hint
 
 
 def test_norm_parameters_under_the_wrong_name_are_named():

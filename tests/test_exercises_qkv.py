@@ -76,3 +76,17 @@ def test_split_check_names_the_mistake(wrong, hint):
     result = check_qkv_split(wrong)
     assert not result.passed
     assert hint in result.message, result.message
+
+
+def test_a_list_of_three_is_accepted_where_the_tuple_is_asked():
+    def as_list(x, w_qkv):
+        return list(solution_qkv_split(x, w_qkv))
+
+    assert check_qkv_split(as_list).passed
+
+
+def test_no_message_gives_the_layout_as_a_fix():
+    from gptlib.exercises import qkv
+
+    for message, _ in qkv._SPLIT_MISTAKES:
+        assert "the layout is" not in message, message

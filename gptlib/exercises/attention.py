@@ -102,8 +102,7 @@ MISTAKES = [
     ),
     (
         "you divided by sqrt(d_model) = sqrt(h * d_h), the width of all the heads together: each "
-        "score is sqrt(h) times too small, so your weights are flatter than they should be; the "
-        "scores of one head were made from one head's features",
+        "score is sqrt(h) times too small, so your weights are flatter than they should be",
         _scale_by_d_model,
     ),
     (
@@ -138,13 +137,11 @@ MISTAKES = [
     ),
     (
         "the mask was applied after the softmax: the future weights were zeroed, but the weights "
-        "left were not renormalised, so each query's row sums to less than 1; the mask belongs "
-        "on the scores, before the softmax",
+        "left were not renormalised, so each query's row sums to less than 1",
         _masked_after_softmax,
     ),
     (
-        "k and v are swapped: the scores compare the queries with v, and the weights average k; "
-        "queries are matched against the keys, and the weights mix the values",
+        "k and v are swapped: the scores compare the queries with v, and the weights average k",
         _k_v_swapped,
     ),
 ]
@@ -155,7 +152,7 @@ ERROR_HINTS = [
         "must match the size of tensor",
         "if you wrote k.T: on a tensor with more than two dimensions .T reverses all of them "
         "([B, h, n, d_h] becomes [d_h, n, h, B]), so the batch and head axes of the product no "
-        "longer line up; the scores need only the last two axes of k swapped",
+        "longer line up",
     ),
 ]
 

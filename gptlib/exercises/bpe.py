@@ -81,9 +81,8 @@ MISTAKES = [
         _kept_second,
     ),
     (
-        "in a run like a a a with pair (a, a) the middle a was used by two merges; an id that was "
-        "merged is used up, so the pairs cannot overlap: only the first two merge, the third a "
-        "stays",
+        "in a run like a a a with pair (a, a) the middle a was used by two merges: your list holds "
+        "[new, new] where the run has room for one merge and one leftover a",
         _overlapping,
     ),
     (
@@ -95,10 +94,12 @@ MISTAKES = [
 
 
 def _as_list(merge):
-    """Run the reader's function and insist on a list of ints."""
+    """Run the reader's function and insist on a list of ints (a tuple is read as one)."""
 
     def run(ids, pair, new_id):
         out = merge(list(ids), pair, new_id)
+        if isinstance(out, tuple):
+            out = list(out)
         if not isinstance(out, list):
             raise TypeError(f"return a list of ints, got {type(out).__name__}")
         return out

@@ -332,7 +332,7 @@ def _close(a, b, atol: float, rtol: float) -> bool:
     if len(a) != len(b):
         return False
     for x, y in zip(a, b, strict=True):
-        x, y = torch.as_tensor(x), torch.as_tensor(y)
+        x, y = torch.as_tensor(x).detach(), torch.as_tensor(y).detach()
         if x.shape != y.shape:
             return False
         if not torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol, equal_nan=True):
@@ -367,7 +367,7 @@ def difference(got, expected) -> str:
     with inf or NaN in it would itself be NaN, which says nothing)."""
     largest = 0.0
     for g, e in zip(_as_tuple(got), _as_tuple(expected), strict=True):
-        g, e = torch.as_tensor(g).double(), torch.as_tensor(e).double()
+        g, e = torch.as_tensor(g).detach().double(), torch.as_tensor(e).detach().double()
         if (g.isnan() & ~e.isnan()).any():
             return "your output has NaN where the reference has none"
         if (e.isnan() & ~g.isnan()).any():

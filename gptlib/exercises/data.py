@@ -2,14 +2,16 @@
 
 The reader writes `encode_stream(documents, tokenizer)`: every document is preceded by BOS and
 one BOS closes the stream, so ".emma.olivia." becomes one 1-D tensor of ids. The model then
-learns how documents start (the token after BOS) and where they end (predicting BOS).
+learns how documents start (the token after BOS) and where they end (predicting BOS). The check's
+tokenizers differ from trial to trial (their alphabets, so BOS's id, and their BOS symbols), so a
+stream that only works for the names' tokenizer shows up.
 """
 
 from __future__ import annotations
 
 import torch
 
-from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.exercises.checking import CheckResult, compare, not_written, solved_by
 from gptlib.tokenizer import CharTokenizer
 
 __all__ = ["check_encode_stream", "solution_encode_stream"]
@@ -57,11 +59,16 @@ def _bos_as_zero(documents, tokenizer):
     return ids.masked_fill(ids == tokenizer.bos_id, 0)
 
 
+def _bos_as_26(documents, tokenizer):
+    ids = solution_encode_stream(documents, tokenizer)
+    return ids.masked_fill(ids == tokenizer.bos_id, 26)  # the names' BOS id, whatever the tokenizer
+
+
 MISTAKES = [
     (
         "no BOS at the start of the stream: yours begins with the first document's letters, so "
-        "nothing marks where that document starts and the model never learns from it how a document "
-        "begins",
+        "nothing marks where that document starts and the model never learns from it how a "
+        "document begins",
         _no_opening,
     ),
     (
@@ -81,45 +88,72 @@ MISTAKES = [
         _no_bos,
     ),
     (
-        "BOS was written as id 0, which is the letter 'a' in this tokenizer: your stream marks "
-        "every boundary with an 'a'; the tokenizer knows its own BOS id (here the last one)",
+        "every boundary in your stream is id 0, which is a letter of the tokenizer ('a' in the "
+        "names' one), not its BOS: the model would read each boundary as that letter",
         _bos_as_zero,
+    ),
+    (
+        "every boundary in your stream is id 26, BOS's id in the names' tokenizer; this tokenizer "
+        "has another alphabet, so its BOS has another id and 26 is a letter or no id at all",
+        _bos_as_26,
     ),
 ]
 
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+_ERROR_HINTS = [
+    (
+        "is not in the vocabulary",
+        "the character it names is not one of this tokenizer's symbols; the check's tokenizers do "
+        "not all have the names' alphabet or mark BOS with '.' (tokenizer.bos is its symbol)",
+    ),
+]
+
+# Trial 0 is the names' tokenizer; the others have a shorter alphabet and another BOS symbol.
+_ALPHABETS = [("abcdefghijklmnopqrstuvwxyz", "."), ("aeiklmnorst", "|"), ("abdeilmnoruy", "#")]
 
 
 def _inputs(g: torch.Generator) -> tuple[list[str], CharTokenizer]:
+    letters, bos = _ALPHABETS[(int(g.initial_seed()) - 1000) % len(_ALPHABETS)]  # compare's seeds
     n_docs = int(torch.randint(3, 7, (1,), generator=g))
     docs = []
     for _ in range(n_docs):
         length = int(torch.randint(2, 8, (1,), generator=g))
-        picks = torch.randint(0, len(_LETTERS), (length,), generator=g).tolist()
-        docs.append("".join(_LETTERS[i] for i in picks))
-    return docs, CharTokenizer(_LETTERS, bos=".")
+        picks = torch.randint(0, len(letters), (length,), generator=g).tolist()
+        docs.append("".join(letters[i] for i in picks))
+    return docs, CharTokenizer(letters, bos=bos)
 
 
-def _as_long(encode_stream):
-    """Run the reader's function and insist on a 1-D integer tensor (embedding lookups need it)."""
-
-    def run(documents, tokenizer):
-        ids = encode_stream(documents, tokenizer)
-        if not isinstance(ids, torch.Tensor):
-            raise TypeError(
-                f"return a torch tensor of ids (torch.tensor(ids, dtype=torch.long)), got "
-                f"{type(ids).__name__}"
-            )
-        if ids.dtype != torch.long:
-            raise TypeError(f"the ids must have dtype torch.long, got {ids.dtype}")
-        return ids
-
-    return run
+def _not_ids(ids) -> str | None:
+    """What is wrong with the type of a returned stream, or None when it is a tensor of ids."""
+    if not isinstance(ids, torch.Tensor):
+        return (
+            f"encode_stream returned a {type(ids).__name__}, where a torch tensor of ids is asked "
+            "(the embedding lookup of notebook 01 indexes with one)"
+        )
+    if ids.dtype != torch.long:
+        return (
+            f"encode_stream returned a tensor of dtype {ids.dtype}, where ids of dtype torch.long "
+            "are asked (a table is indexed with integers)"
+        )
+    return None
 
 
 @solved_by(solution_encode_stream)
 def check_encode_stream(encode_stream) -> CheckResult:
-    """Run `encode_stream(documents, tokenizer)` on random lists of short names."""
+    """Run `encode_stream(documents, tokenizer)` on random lists of short names, with a different
+    tokenizer in each trial."""
+    try:
+        first = encode_stream(*_inputs(torch.Generator().manual_seed(1000)))
+    except NotImplementedError:
+        return not_written("encode_stream")
+    except Exception:  # compare runs it again and says how it failed
+        first = None
+    if first is not None and (wrong := _not_ids(first)):
+        return CheckResult(False, f"✗ {wrong}")
     return compare(
-        "encode_stream", _as_long(encode_stream), solution_encode_stream, _inputs, mistakes=MISTAKES
+        "encode_stream",
+        encode_stream,
+        solution_encode_stream,
+        _inputs,
+        mistakes=MISTAKES,
+        error_hints=_ERROR_HINTS,
     )

@@ -55,43 +55,50 @@ def _concatenated(ids, wte, wpe):
 
 _MISTAKES = [
     (
-        "the positions are missing: x = wte[ids] alone gives a token the same vector wherever it "
-        "stands; add wpe[0..n-1]",
+        "the positions are missing: your x is the token rows alone, so a token gets the same "
+        "vector wherever it stands in the window",
         _forgot_positions,
     ),
     (
-        "you looked the position table up with the token ids (wpe[ids]); its rows are places in "
-        "the window, so index it with torch.arange(n)",
+        "the position rows were chosen by the token ids (wpe[ids]): a token id is a symbol, not a "
+        "place in the window, so two equal letters at different places got the same position "
+        "vector, and a letter changes the position it is given",
         _positions_from_ids,
     ),
     (
-        "every token got the position vector of place 0 (wpe[0]); each place 0..n-1 has its own "
-        "row: wpe[torch.arange(n)]",
+        "every token got the position vector of place 0 (wpe[0]): all places of your window share "
+        "one row of the position table, so the places are not told apart",
         _position_zero_everywhere,
     ),
     (
-        "the positions are off by one: the window's places were counted from 1, so the first "
-        "token got row 1 of the position table and row 0 was never used; the first place in the "
-        "window is place 0",
+        "the positions are off by one: the first token got row 1 of the position table and row 0 "
+        "was never used (the places were counted from 1)",
         _positions_from_one,
     ),
     (
-        "you concatenated the two vectors (width 2d); the model adds them, so x keeps width d",
+        "your x is 2d wide: the token and position vectors were put side by side (concatenated) "
+        "rather than added, so every layer after them would have to be twice as wide",
         _concatenated,
     ),
 ]
 
-# Failures whose message says what went wrong with a one-hot product.
+# Failures whose message says what went wrong with the positions or a one-hot product.
 _ERROR_HINTS = [
     (
+        "must match the size of tensor",
+        "the position rows you added do not line up with the window: the check's windows hold "
+        "n = 5 tokens and its position table has T = 7 rows, and a window of n tokens has n places",
+    ),
+    (
         "cannot be multiplied",
-        "if you multiplied one-hot vectors by a table, the one-hot width must equal the table's "
-        "rows: F.one_hot(ids, num_classes=V) for wte and F.one_hot(pos, num_classes=T) for wpe "
-        "(without num_classes the width is max(ids) + 1)",
+        "if you multiplied one-hot vectors by a table: a one-hot is as wide as its num_classes, "
+        "which without num_classes is max(ids) + 1, and here that is not the number of rows of the "
+        "table it multiplies",
     ),
     (
         "dtype",
-        "F.one_hot returns integers; turn the one-hot into floats (.float()) before the matmul",
+        "F.one_hot returns integers (torch.long), and a matrix product of integers with the float "
+        "table fails",
     ),
 ]
 

@@ -10,7 +10,9 @@ with `gptlib.generate.filter_logits`, the filter the library's sampler uses.
 `sample_step(model, idx, temperature, top_k, top_p, generator)`: context idx [B, n] (n may exceed
 block_size) -> next ids [B, 1]: crop, forward, last position, then temperature 0 is the argmax;
 otherwise divide by the temperature, filter, softmax and draw with the generator. The check
-compares with one step of `gptlib.generate.generate` (the same as `pick_next`).
+compares with one step of `gptlib.generate.generate` (the same as `pick_next`) on models handed
+over in training mode with dropout on: like `generate`, the step samples in eval mode and leaves
+the model in the mode it found.
 """
 
 from __future__ import annotations
@@ -263,9 +265,12 @@ def solution_sample_step(
     top_p: float | None,
     generator: torch.Generator,
 ) -> torch.Tensor:
-    """idx [B, n] -> next ids [B, 1]."""
+    """idx [B, n] -> next ids [B, 1]; the model is left in the mode it came in."""
+    was_training = model.training
+    model.eval()  # dropout off while sampling
     with torch.no_grad():
         logits, _ = model(idx[:, -model.cfg.block_size :])  # [B, n', V], n' <= T: crop first
+    model.train(was_training)
     logits = logits[:, -1, :]  # [B, V]: only the last position predicts what comes next
     if temperature == 0:  # greedy: the limit of a shrinking temperature, not a division by 0
         return logits.argmax(dim=-1, keepdim=True)
@@ -288,11 +293,18 @@ def _step(
     divide=True,
     filter_first=False,
     sampler="multinomial",
+    eval_mode=True,
+    restore=True,
 ):
     """A sampling step with one switch per typical slip (defaults: the reference)."""
     T = model.cfg.block_size
     ctx = {"last": idx[:, -T:], "first": idx[:, :T], "none": idx}[crop]
+    was_training = model.training
+    if eval_mode:
+        model.eval()
     logits = model(ctx)[0][:, position, :]
+    if restore:
+        model.train(was_training)
     if temperature == 0 and greedy:
         return logits.argmax(dim=-1, keepdim=True)
     if filter_first:
@@ -353,9 +365,19 @@ STEP_MISTAKES = [
         _slip(sampler="argmax"),
     ),
     (
-        "two calls with equally seeded generators gave different tokens: the sampler did not draw "
-        "with the generator you were handed",
+        "your tokens are not the ones the generator you were handed draws: the sampler drew from "
+        "torch's global random stream",
         _slip(sampler="global"),
+    ),
+    (
+        "the model ran in training mode: with dropout on, every call thins the network at random, "
+        "so your step samples from a noisier distribution than the model's own (section 6)",
+        _slip(eval_mode=False),
+    ),
+    (
+        "the model came in in training mode and your step left it in eval mode: a training loop "
+        "that samples between its steps would go on training without dropout",
+        _slip(restore=False),
     ),
 ]
 
@@ -363,21 +385,27 @@ STEP_MISTAKES = [
 REFUSED = -1  # the model raised because the context was longer than its block_size
 UNSEEDED = -2  # equal generators gave different samples: the generator was not used
 NAN_PROBS = -3  # the step failed on inf or nan probabilities: a division by temperature 0
+MODE_CHANGED = -4  # the model came in in training mode and left in another one
 
 
 def _seeded(fn: Callable) -> Callable:
-    """Call `fn` twice with fresh generators seeded alike, so that every function draws from the
-    same random stream and ignoring the generator shows; failures become sentinel ids."""
+    """Call `fn` twice with fresh generators seeded alike and torch's global stream seeded alike
+    (dropout draws from it), so that every function draws the same random numbers and ignoring
+    the generator shows; failures and a changed model mode become sentinel ids."""
 
     def run(model, idx, temperature, top_k, top_p, seed):
         B = idx.size(0)
 
         def once():
+            model.train()  # every step is handed a model in training mode, dropout on
             g = torch.Generator().manual_seed(seed)
-            return fn(model, idx.clone(), temperature, top_k, top_p, g)
+            with torch.random.fork_rng():
+                torch.manual_seed(seed + 1)
+                out = fn(model, idx.clone(), temperature, top_k, top_p, g)
+            return out, model.training
 
         try:
-            first = once()
+            first, still_training = once()
         except NotImplementedError:
             raise
         except (ValueError, RuntimeError) as e:
@@ -386,7 +414,9 @@ def _seeded(fn: Callable) -> Callable:
             if "probability tensor contains" in str(e) or temperature == 0:
                 return torch.full((B, 1), NAN_PROBS)  # inf and nan from a division by 0
             raise
-        if not torch.equal(torch.as_tensor(first), torch.as_tensor(once())):
+        if not still_training:
+            return torch.full((B, 1), MODE_CHANGED)
+        if not torch.equal(torch.as_tensor(first), torch.as_tensor(once()[0])):
             return torch.full((B, 1), UNSEEDED)
         return first
 
@@ -414,9 +444,9 @@ def _step_inputs() -> Callable[[torch.Generator], tuple]:
 
     def make(g: torch.Generator) -> tuple:
         extra, temperature, top_k, top_p = next(plans)
-        cfg = textbook(vocab_size=13, block_size=8, n_layer=1, n_head=2, n_embd=16)
+        cfg = textbook(vocab_size=13, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.3)
         with torch.random.fork_rng():  # building a model must not move the notebook's stream
-            model = GPT(cfg).eval()
+            model = GPT(cfg).train()  # training mode, dropout on: the step must switch it off
         with torch.no_grad():
             for p in model.parameters():
                 if p.dim() >= 2:  # large weights: peaked, position-dependent distributions
@@ -430,9 +460,10 @@ def _step_inputs() -> Callable[[torch.Generator], tuple]:
 
 @solved_by(solution_sample_step)
 def check_sample_step(sample_step: Callable) -> CheckResult:
-    """Run `sample_step(model, idx, temperature, top_k, top_p, generator)` on small random GPTs,
-    contexts longer and shorter than the block, temperatures 0 to 2, with and without top-k and
-    top-p, and equally seeded generators, against one step of `gptlib.generate.generate`."""
+    """Run `sample_step(model, idx, temperature, top_k, top_p, generator)` on small random GPTs in
+    training mode with dropout 0.3, contexts longer and shorter than the block, temperatures 0 to
+    2, with and without top-k and top-p, and equally seeded generators, against one step of
+    `gptlib.generate.generate`."""
     return compare(
         "sample_step",
         _seeded(sample_step),

@@ -162,46 +162,60 @@ def _norms_swapped(hf_state):
     return _convert(hf_state, rename=rename)
 
 
+def _mlp_swapped(hf_state):
+    swap = {".mlp.fc.": ".mlp.proj.", ".mlp.proj.": ".mlp.fc."}
+
+    def rename(name):
+        for old, new in swap.items():
+            if old in name:
+                return name.replace(old, new)
+        return name
+
+    return _convert(hf_state, rename=rename)
+
+
 def _head_left_out(hf_state):
     return _convert(hf_state, keep=lambda name: name != "lm_head.weight")
 
 
 MISTAKES: list[tuple[str, Callable[[dict], dict]]] = [
     (
-        "no weight was transposed: GPT-2's Conv1D layers (c_attn, c_proj, c_fc) store their "
-        "weight as [in, out] and compute x @ W + b, while gptlib's nn.Linear stores [out, in] and "
-        "computes x @ W.T + b; the four Conv1D weights of every block change layout on the way in",
+        "no weight changed layout: every Conv1D weight (c_attn, c_proj, c_fc) is still [in, out] "
+        "as GPT-2 stores it for x @ W + b, where gptlib's nn.Linear reads [out, in] and computes "
+        "x @ W.T + b",
         _nothing_transposed,
     ),
     (
         "attn.proj.weight is still GPT-2's c_proj weight as stored, [in, out]: it is square "
-        "[d, d], so its shape looks right either way. A Conv1D weight is [in, out] whatever its "
-        "shape: transpose all four Conv1D weights of each block, not only those whose shapes "
-        "disagree",
+        "[d, d], so its shape looks right either way; the three Conv1D weights whose shapes "
+        "disagreed changed layout, and this one, whose shape agreed, did not",
         _only_where_shapes_differ,
     ),
     (
         "the Conv1D weights were reshaped to [out, in], not transposed: the shapes are right but "
-        "the numbers are not where they belong; a reshape keeps the numbers in their memory "
-        "order, only a transpose turns GPT-2's columns (one per output) into rows",
+        "each row now holds numbers from several of GPT-2's columns, since a reshape keeps the "
+        "numbers in their memory order",
         _reshaped,
     ),
     (
-        "attn.qkv holds q, k, v in the order k, q, v: GPT-2's c_attn holds them as q | k | v "
-        "along its output axis, the order gptlib's attention cuts its qkv output in, so no block "
-        "has to move",
+        "attn.qkv holds q, k, v in the order k, q, v: GPT-2's c_attn and gptlib's qkv both hold "
+        "them as q | k | v along the output axis, and yours moved the blocks",
         _reordered_qkv((1, 0, 2)),
     ),
     (
         "the embedding tables were transposed too: wte [V, d] and wpe [T, d] are tables of rows "
-        "in both libraries (gptlib's tok_emb and pos_emb); only the four Conv1D weights of each "
-        "block change layout",
+        "in both libraries, and your tok_emb and pos_emb are [d, V] and [d, T]",
         _tables_transposed_too,
     ),
     (
         "ln1 and ln2 are swapped: GPT-2's ln_1 is the norm before attention (gptlib's ln1), "
         "ln_2 the one before the MLP (ln2)",
         _norms_swapped,
+    ),
+    (
+        "mlp.fc and mlp.proj are swapped: blocks.i.mlp.fc.weight holds GPT-2's c_proj, the MLP's "
+        "second layer (4d -> d), and mlp.proj.weight its c_fc, the first (d -> 4d)",
+        _mlp_swapped,
     ),
     (
         "lm_head.weight is missing: gptlib's GPT keeps its output head in its state dict too; "
@@ -212,8 +226,8 @@ MISTAKES: list[tuple[str, Callable[[dict], dict]]] = [
 
 # A transpose that also meets the 1-D biases fails; the error gets this hint.
 _BIAS = (
-    "a bias is 1-D, [out], in both libraries and has no [in, out] layout to change: transpose "
-    "only the Conv1D weights, and keep every bias (and every norm's parameter) as it is"
+    "a bias is 1-D, [out], in both libraries, and so is every norm's gain and bias: a 1-D "
+    "tensor has no [in, out] layout to change"
 )
 ERROR_HINTS = [
     ("Dimension out of range", _BIAS),
@@ -263,12 +277,12 @@ def _shape_problem(key: str, got: torch.Tensor, expected: torch.Tensor, hf_name:
     if expected.dim() == 2 and shape == want[::-1]:
         if _is_conv1d_weight(hf_name):
             return (
-                f"{key} has shape {shape}, GPT-2's Conv1D layout [in, out] of {hf_name}; "
-                f"nn.Linear keeps its weight as [out, in], {want}: transpose it"
+                f"{key} has shape {shape}, GPT-2's Conv1D layout [in, out] of {hf_name}, where "
+                f"gptlib's nn.Linear keeps its weight as [out, in], {want}"
             )
         return (
             f"{key} was transposed to {shape}: {hf_name} is not a Conv1D weight but a table, "
-            f"{want} in both libraries; only the four Conv1D weights of each block change layout"
+            f"{want} in both libraries"
         )
     if expected.dim() == 1 and got.numel() == expected.numel():
         return f"{key} has shape {shape}, expected {want}: {_BIAS}"
@@ -296,9 +310,8 @@ def _value_problem(
             if _equal(got, torch.cat([blocks[i] for i in order], dim=0)):
                 shown = ", ".join("qkv"[i] for i in order)
                 return (
-                    f"{key} holds q, k, v in the order {shown}: GPT-2's c_attn holds them as "
-                    "q | k | v along its output axis, the order gptlib's attention cuts its qkv "
-                    "output in, so no block has to move"
+                    f"{key} holds q, k, v in the order {shown}: GPT-2's c_attn and gptlib's qkv "
+                    "both hold them as q | k | v along the output axis, and yours moved the blocks"
                 )
     for other, tensor in expected.items():
         if other != key and _equal(got, tensor):
@@ -325,6 +338,13 @@ def _problem(got: object, expected: dict, hf_state: dict, cfg: GPTConfig) -> str
         tensor = got[key]
         if not isinstance(tensor, torch.Tensor):
             return f"{key} is a {type(tensor).__name__}, not a tensor"
+        if not _equal(tensor, want):  # another tensor's numbers, converted right, under this name
+            for other, theirs in expected.items():
+                if other != key and _equal(tensor, theirs):
+                    return (
+                        f"{key} holds the numbers of GPT-2's {sources[other]}, which belong in "
+                        f"{other}; {key} comes from {sources[key]}"
+                    )
         if tensor.shape != want.shape:
             return _shape_problem(key, tensor, want, sources[key])
         if not _equal(tensor, want):

@@ -100,6 +100,19 @@ HINTS: dict[str, Hint] = {
         "2. The last two axes merged (a reshape, which may copy; a view refuses here): "
         "[B, n, h * d_h] = [B, n, d].",
     ),
+    # --- notebook 05 ----------------------------------------------------------------------------
+    "check_stack_gradients": Hint(
+        "Work from the top down. The gradient at a layer's input is the gradient at its output "
+        "pushed back through that layer's Jacobian: I + J_l with the residual path, J_l "
+        "without. The rows of J_l are the layer's outputs, so the gradient, a row vector, "
+        "multiplies J_l from the left.",
+        "1. grad_top [d] is the gradient at the output of layer L - 1, the last one.\n"
+        "2. Go through the layers L - 1, ..., 0, one [d] @ [d, d] product each, and keep each "
+        "result as that layer's row: the gradient at its input.\n"
+        "3. With the residual path the matrix is the identity plus J_l, an identity of J_l's "
+        "size and dtype (adding 1 to every entry is not the identity).\n"
+        "4. Return the rows [L, d], layer 0 first.",
+    ),
     # --- notebook 06 ----------------------------------------------------------------------------
     "check_pre_norm_block": Hint(
         "Every sublayer follows the same rule, so write the rule once and apply it to each "
@@ -238,24 +251,29 @@ HINTS: dict[str, Hint] = {
         "Return [B, V].",
     ),
     "check_sample_step": Hint(
-        "One step of the generation loop. The model sees at most block_size tokens, the last "
-        "ones; only the last position's logits predict the next token. Temperature 0 is greedy, "
-        "with no division. Otherwise the order is temperature, filter, softmax, then one draw "
-        "with the generator you are handed, so that equal seeds give equal tokens.",
-        "1. idx [B, n] cut to its last block_size columns: [B, n'].\n"
-        "2. The model on that, without a graph: logits [B, n', V]; the last position: [B, V].\n"
-        "3. Temperature 0: the index of each row's largest logit, keeping a column: [B, 1].\n"
-        "4. Otherwise: the logits divided by the temperature; top-k and top-p applied (your "
+        "One step of the generation loop, on a model that may arrive in training mode with "
+        "dropout on. The model sees at most block_size tokens, the last ones; only the last "
+        "position's logits predict the next token. Sample in eval mode and hand the model back "
+        "in the mode it arrived in. Temperature 0 is greedy, with no division; otherwise the "
+        "order is temperature, filter, softmax, then one draw with the generator you are "
+        "handed, so that equal seeds give equal tokens.",
+        "1. Remember the model's mode; dropout off.\n"
+        "2. idx [B, n] cut to its last block_size columns: [B, n']. The model on that, without "
+        "a graph: logits [B, n', V]; the last position: [B, V].\n"
+        "3. The remembered mode restored.\n"
+        "4. Temperature 0: the index of each row's largest logit, keeping a column: [B, 1].\n"
+        "5. Otherwise: the logits divided by the temperature; top-k and top-p applied (your "
         "filter_logits): [B, V] with -inf; the softmax: probabilities [B, V]; one multinomial "
         "draw per row with the generator: [B, 1].",
     ),
     # --- notebook 13 ----------------------------------------------------------------------------
     "check_decode_step": Hint(
         "The new token sits at position past, the number of positions the cache holds "
-        "(cache.length); read it before anything moves the cache. Each layer computes q, k and v for this one position only; the cache supplies "
-        "the keys and values of every earlier position once you hand it the new ones. A single "
-        "query whose keys all lie in its past needs no mask. The cache moves on by one once, "
-        "after every layer has written. The textbook preset is post-norm.",
+        "(cache.length); read it before anything moves the cache. Each layer computes q, k and "
+        "v for this one position only; the cache supplies the keys and values of every earlier "
+        "position once you hand it the new ones. Ask whether any key of the single query lies "
+        "in its future. The cache moves on by one once, after every layer has written. The "
+        "textbook preset is post-norm: it normalises after each residual addition.",
         "1. past: the cache's length. The token embedding of idx_new, [B, 1, d], plus row past of the "
         "position table, [d]: x [B, 1, d].\n"
         "2. For each layer i and its block: the attention's qkv projection of x, [B, 1, 3d], cut "

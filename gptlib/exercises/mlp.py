@@ -50,8 +50,8 @@ def _swapped_weights(x, w_fc, w_proj, activation):
 
 
 TRANSPOSE_HINT = (
-    "nn.Linear stores its weight as [out, in]: w_fc is [4d, d] (the layer that widens d to 4d) and "
-    "w_proj is [d, 4d], so neither multiplies x as it is stored"
+    "the weights are in nn.Linear's [out, in] layout: w_fc is [4d, d] (the layer that widens d "
+    "to 4d) and w_proj is [d, 4d]"
 )
 
 MISTAKES = [
@@ -70,8 +70,8 @@ MISTAKES = [
         _activation_twice,
     ),
     (
-        "ReLU is used whatever `activation` is passed, so the GELU trials come out wrong; the "
-        "activation to use is the argument",
+        "your output is ReLU's whatever `activation` is passed: the ReLU trials pass and the "
+        "GELU trials come out wrong",
         _always_relu,
     ),
     (

@@ -59,36 +59,36 @@ def _split_heads_not_moved(x, n_head):
 
 SPLIT_MISTAKES = [
     (
-        "x was reshaped straight to [B, h, n, d_h] (a reshape or view alone): head 0 then holds "
-        "all the features of the first few positions instead of its own d_h features of every "
-        "position, so positions are mixed; the head axis has to be moved next to the batch "
-        "axis, a reshape cannot put it there",
+        "the shape is right but the contents are not: position 1 of head 0 holds features "
+        "d_h .. 2*d_h - 1 of position 0, so each of your heads holds every feature of a few "
+        "positions, not its own d_h features of every position (a reshape or view straight to "
+        "[B, h, n, d_h] reads the numbers in memory order)",
         _split_without_transpose,
     ),
     (
-        "the head axis was never moved: this is [B, n, h, d_h], positions before heads; "
-        "split_heads returns [B, h, n, d_h], the heads next to the batch axis",
+        "your output is [B, n, h, d_h]: each head has its own d_h features, but the positions "
+        "still come before the heads, and attention then treats the h heads of one position as "
+        "its sequence; split_heads returns [B, h, n, d_h]",
         _split_heads_not_moved,
     ),
     (
-        "the features are dealt out to the heads in turn (feature f to head f % h); head i owns "
-        "the consecutive features i*d_h .. (i+1)*d_h - 1, so the last axis splits as [h, d_h], "
-        "not [d_h, h]",
+        "head 0 holds features 0, h, 2h, ... (feature f went to head f % h): the features are "
+        "dealt out to the heads in turn, while head i owns the consecutive features "
+        "i*d_h .. (i+1)*d_h - 1",
         _split_interleaved,
     ),
 ]
 
 MERGE_MISTAKES = [
     (
-        "y was reshaped to [B, n, d] with the head axis still in front of the positions: a "
-        "reshape alone glues each head's rows end to end, so an output position is made of "
-        "several positions of one head; the head axis has to move back behind the positions "
-        "first (after that move .view refuses the memory order, .reshape copies)",
+        "the shape is right but the contents are not: output position 0 is made of several "
+        "positions of head 0 glued end to end, where it should hold position 0 of every head "
+        "(a reshape or view straight to [B, n, d] reads the heads in memory order)",
         _merge_without_transpose,
     ),
     (
-        "the heads' features are interleaved (feature j of head i landed at j*h + i); each "
-        "head's d_h features must stay side by side, head after head",
+        "the heads' features are interleaved: feature j of head i landed at j*h + i, where it "
+        "belongs at i*d_h + j (head 0's d_h features first, then head 1's, ...)",
         _merge_interleaved,
     ),
 ]

@@ -28,6 +28,7 @@ import torch
 
 from gptlib.config import microgpt, textbook
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.exercises.residual import autograd_refusal, calls_autograd
 from gptlib.model import Block
 from gptlib.norms import RMSNorm
 
@@ -118,13 +119,14 @@ def _pre_residual_from_input(x, sublayers):
 
 PRE_MISTAKES = [
     (
-        "the residual is missing: each sublayer's output replaces the stream instead of being "
-        "added to it, so the block's input x is lost after the first sublayer",
+        "the residual is missing: your stream after each sublayer is that sublayer's output "
+        "alone, so the block's input x is lost after the first sublayer",
         _pre_no_residual,
     ),
     (
-        "the norm is applied to the sum, norm(x + f(x)): that is post-norm. In pre-norm the stream "
-        "itself is never normalised, only the copy each sublayer reads",
+        "your output equals post-norm's, norm(x + f(x)): every sum was normalised, so each "
+        "token of your output has the norm's scale, while a pre-norm stream grows as the sums "
+        "add up",
         solution_post_norm_block,
     ),
     (
@@ -133,8 +135,8 @@ PRE_MISTAKES = [
         _pre_stream_normalised,
     ),
     (
-        "the norm is applied to the sublayer's output, x + norm(f(x)); in pre-norm the norm acts on "
-        "what the sublayer reads, not on what it returns. Each pair is (norm, f), in that order",
+        "the norm was applied to what each sublayer returned, x + norm(f(x)) (unpacking each pair "
+        "as (f, norm) gives the same): your sublayers read the raw stream",
         _norm_on_output,
     ),
     (
@@ -148,13 +150,13 @@ PRE_MISTAKES = [
         _pre_residual_from_input,
     ),
     (
-        "only the first two sublayers ran: the list holds every sublayer, two per block, and a "
-        "stack of blocks is a longer list; go through all of it",
+        "only the first two sublayers ran: for a stack of two or three blocks your output is "
+        "what the first block alone gives",
         _first_two_only(solution_pre_norm_block),
     ),
     (
-        "the sublayers ran from the last to the first; the list is in the order they run, "
-        "attention first",
+        "the sublayers ran from the last to the first: your output is what the list gives when "
+        "it is run in reverse, the last MLP first",
         _reversed_order(solution_pre_norm_block),
     ),
     (
@@ -198,8 +200,8 @@ def _post_residual_from_input(x, sublayers):
 
 POST_MISTAKES = [
     (
-        "the last sum is not normalised: your output is the last sum itself; in post-norm every "
-        "sum is normalised, the last one too",
+        "the last sum is not normalised: every earlier sum went through its norm, but your "
+        "output is the last sum as it is",
         _post_final_norm_forgotten,
     ),
     (
@@ -212,13 +214,13 @@ POST_MISTAKES = [
         solution_pre_norm_block,
     ),
     (
-        "the sublayers read a normalised copy as well; in post-norm each f reads the stream as it "
-        "is, and only the sums are normalised",
+        "the norm ran twice per sublayer: your sublayers read a normalised copy of the stream, "
+        "and each sum was normalised as well",
         _post_sublayers_read_norms,
     ),
     (
-        "the norm is applied to the sublayer's output, x + norm(f(x)); post-norm normalises the "
-        "whole sum instead. Each pair is (norm, f), in that order",
+        "the norm was applied to what each sublayer returned, x + norm(f(x)) (unpacking each pair "
+        "as (f, norm) gives the same): your sums themselves are left unnormalised",
         _norm_on_output,
     ),
     (
@@ -232,13 +234,13 @@ POST_MISTAKES = [
         _post_residual_from_input,
     ),
     (
-        "only the first two sublayers ran: the list holds every sublayer, two per block, and a "
-        "stack of blocks is a longer list; go through all of it",
+        "only the first two sublayers ran: for a stack of two or three blocks your output is "
+        "what the first block alone gives",
         _first_two_only(solution_post_norm_block),
     ),
     (
-        "the sublayers ran from the last to the first; the list is in the order they run, "
-        "attention first",
+        "the sublayers ran from the last to the first: your output is what the list gives when "
+        "it is run in reverse, the last MLP first",
         _reversed_order(solution_post_norm_block),
     ),
     (
@@ -250,8 +252,8 @@ POST_MISTAKES = [
 # What a function written for exactly two pairs, (norm1, attn), (norm2, mlp) = sublayers, raises
 # on a longer list.
 UNPACK_HINT = (
-    "the list may hold any number of (norm, f) pairs: two for one block, 2L for a stack of L "
-    "blocks. Go through them in a loop"
+    "your function handles exactly two (norm, f) pairs, one block; the check also hands it "
+    "stacks of two and three blocks, 4 and 6 pairs"
 )
 ERROR_HINTS = [("too many values to unpack", UNPACK_HINT), ("list index out of range", UNPACK_HINT)]
 
@@ -299,10 +301,9 @@ def _check_block(name: str, user_fn: Callable, placement: str, mistakes) -> Chec
             x = block(x)
         return x
 
-    with torch.no_grad():
-        return compare(
-            name, user_fn, library_blocks, make_inputs, mistakes=mistakes, error_hints=ERROR_HINTS
-        )
+    return compare(
+        name, user_fn, library_blocks, make_inputs, mistakes=mistakes, error_hints=ERROR_HINTS
+    )
 
 
 @solved_by(solution_pre_norm_block)
@@ -403,47 +404,46 @@ def _bw_swapped(x, weight, grad_out, eps):
 BACKWARD_MISTAKES = [
     (
         "grad_x treats the RMS as a constant: yours has only the direct path through the division "
-        "by rms, but rms depends on x too, and the path through rms is missing",
+        "by rms; the path through rms itself, which depends on x as well, is missing",
         _bw_rms_constant,
     ),
     (
-        "the part of grad_x that goes through rms is d times too large: it sums over the d features "
-        "where the derivative of rms gives an average",
+        "the part of grad_x that goes through rms is d times too large (a sum over the d features "
+        "where there is one term per feature in an average)",
         _bw_sum_not_mean,
     ),
     (
-        "the part of grad_x that goes through rms has the wrong sign: yours adds it where it is "
-        "taken away",
+        "the part of grad_x that goes through rms has the wrong sign",
         _bw_sign,
     ),
     (
-        "eps is added after the square root; it belongs inside the root, as in the forward pass. "
-        "The near-zero token shows the difference",
+        "your gradients are off for the near-zero token only, as they are with eps added after "
+        "the square root: for ordinary tokens the two placements of eps agree, near zero they "
+        "do not",
         _bw_eps_outside,
     ),
     (
-        "the gain is missing from grad_x: the gradient reaching x_hat passes through the "
-        "multiplication by weight first",
+        "the gain is missing from grad_x: yours is what grad_x would be with every gain equal to 1",
         _bw_no_gain,
     ),
     (
-        "grad_weight has x's shape [..., d]; one gain serves every token, so its gradient is [d] "
-        "and collects every token's contribution",
+        "grad_weight has x's shape [..., d], one gradient per token, where weight, and so its "
+        "gradient, is [d]",
         _bw_weight_not_summed,
     ),
     (
-        "grad_weight is summed over the first dimension only; x may have any number of leading "
-        "dimensions, and every one of them holds tokens that use the gain",
+        "grad_weight is summed over the first dimension only: right when x is [N, d], wrong when "
+        "x has more leading dimensions",
         _bw_weight_first_dim,
     ),
     (
-        "grad_weight is summed over the first two dimensions only; x may have any number of leading "
-        "dimensions, and every one of them holds tokens that use the gain",
+        "grad_weight is summed over the first two dimensions only: right when x is [B, n, d], "
+        "wrong when x has another number of leading dimensions",
         _bw_weight_first_two_dims,
     ),
     (
-        "grad_weight uses x; the gain multiplies x_hat = x / rms, not x, so each token's part of "
-        "your grad_weight is rms times too large",
+        "each token's part of grad_weight is rms times too large: it matches grad_out times x, "
+        "without the division by rms",
         _bw_weight_uses_x,
     ),
     (
@@ -479,7 +479,11 @@ def _autograd_rmsnorm_backward(x, weight, grad_out, eps):
 @solved_by(solution_rmsnorm_backward)
 def check_rmsnorm_backward(rmsnorm_backward) -> CheckResult:
     """Run `rmsnorm_backward(x, weight, grad_out, eps)` on x of shapes [2, 5, 8], [7, 8] and
-    [2, 3, 2, 8] (float64, one near-zero token each) against autograd through gptlib's RMSNorm."""
+    [2, 3, 2, 8] (float64, one near-zero token each) against autograd through gptlib's RMSNorm.
+    A function that calls autograd itself (read from its source) is refused: the point is the
+    derivation."""
+    if calls_autograd(rmsnorm_backward):
+        return autograd_refusal("rmsnorm_backward")
     return compare(
         "rmsnorm_backward",
         rmsnorm_backward,

@@ -43,6 +43,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("check_causal_attention", "03", 2, 20),
     Exercise("check_split_heads", "04", 1, 10),
     Exercise("check_merge_heads", "04", 1, 5),
+    Exercise("check_stack_gradients", "05", 2, 20),
     Exercise("check_pre_norm_block", "06", 1, 10),
     Exercise("check_post_norm_block", "06", 1, 5),
     Exercise("check_rmsnorm_backward", "06", 3, 40, optional=True),

@@ -1,11 +1,13 @@
 """Notebook 02 exercises: queries, keys and values.
 
 `check_qkv_split`: one fused projection gives the queries, keys and values of every position at
-once; cut them apart, q, k, v each [B, n, d] (the heads come in notebook 04). (The soft lookup
-is written out in the notebook itself, a few lines above; it is not asked again.)
+once; cut them apart, q, k, v each [B, n, d] (the heads come in notebook 04). The notebook
+works out single entries, one dot product each; the reader writes the whole batched product.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -59,31 +61,29 @@ def _weight_parts_not_transposed(x, w_qkv):
 
 _SPLIT_MISTAKES = [
     (
-        "q and k come out swapped: what you return as q are the keys; the fused projection holds "
-        "the queries first, then the keys, then the values",
+        "q and k come out swapped: what you return as q are the keys, made by rows d..2d-1 of the "
+        "weight, and what you return as k are the queries",
         _keys_first,
     ),
     (
-        "q and v come out swapped: what you return as q are the values; the layout is Q | K | V, "
-        "queries first",
+        "q and v come out swapped: what you return as q are the values, made by the last d rows "
+        "of the weight, and what you return as v are the queries",
         _values_first,
     ),
     (
         "you read the 3d features as d groups of (q, k, v), one feature of each in turn, so each of "
-        "your q, k, v mixes features of all three; the layout is three blocks of d features side "
-        "by side, Q | K | V",
+        "your q, k, v mixes features of all three projections",
         _interleaved,
     ),
     (
         "you cut along the positions (dim 1), so each of your q, k, v holds a third of the "
-        "positions with all 3d features; q, k and v are three blocks of the last axis, the 3d "
-        "features",
+        "positions with all 3d features, queries, keys and values together",
         _split_positions,
     ),
     (
         "each [d, d] part of the weight multiplied x as it is stored, x @ W: nn.Linear keeps its "
-        "weight as [out, in], which is not the textbook's layout for x W, so the shapes fit but "
-        "every value of q, k and v is wrong",
+        "weight as [out, in], so your feature j is x times column j of the part instead of row j; "
+        "the shapes fit but every value of q, k and v is wrong",
         _weight_parts_not_transposed,
     ),
 ]
@@ -102,12 +102,23 @@ _SPLIT_ERROR_HINTS = [
 ]
 
 
+def _as_tuple(split_fn):
+    """The reader's function, with a list of three tensors read as the tuple it unpacks to."""
+
+    @functools.wraps(split_fn)
+    def run(x, w_qkv):
+        out = split_fn(x, w_qkv)
+        return tuple(out) if isinstance(out, list) else out
+
+    return run
+
+
 @solved_by(solution_qkv_split)
 def check_qkv_split(split_fn) -> CheckResult:
     """Check `split_fn(x [B, n, d], w_qkv [3d, d]) -> (q, k, v)`, each [B, n, d]."""
     return compare(
         "qkv_split",
-        split_fn,
+        _as_tuple(split_fn),
         solution_qkv_split,
         _make_split_inputs,
         mistakes=_SPLIT_MISTAKES,

@@ -73,6 +73,7 @@ class Lab:
     url: str  # e.g. http://127.0.0.1:8891
     root: Path  # the folder JupyterLab serves: copies of notebooks/
     log: Path  # the server's stdout + stderr
+    yours: Path  # the reader's package its kernels keep passing functions in (empty at first)
 
 
 def _free_port() -> int:
@@ -167,7 +168,7 @@ def lab(tmp_path_factory) -> Lab:
     state, root = base / "state", base / "notebooks"
     env = _isolated_env(state)
     _write_settings(Path(env["JUPYTERLAB_SETTINGS_DIR"]))
-    shutil.copytree(NOTEBOOKS, root)
+    shutil.copytree(NOTEBOOKS, root, ignore=shutil.ignore_patterns("yourgpt"))
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = base / "jupyterlab.log"
@@ -191,7 +192,7 @@ def lab(tmp_path_factory) -> Lab:
         )
     try:
         _wait_until_up(url, process, log)
-        yield Lab(url=url, root=root, log=log)
+        yield Lab(url=url, root=root, log=log, yours=Path(env["GPTLIB_YOURS"]))
     finally:
         _stop(url, process)
 

@@ -1,7 +1,9 @@
 """An exercise as a reader meets it in JupyterLab: the stored stub, a wrong body typed in and
-run (the check names the slip on the page), then a correct body (the check passes)."""
+run (the check names the slip on the page), then a correct body (the check passes and keeps it
+in the reader's package), and a later notebook that runs the reader's function."""
 
 import json
+import re
 
 from notebook_ui import NOTEBOOK as IN_FRONT
 from notebook_ui import console_errors, error_outputs, open_notebook, wait_kernel_idle
@@ -24,6 +26,10 @@ check_causal_attention(causal_attention)"""
 
 SOFTMAX_HINT = attention.MISTAKES[0][0]  # the hint for a softmax over the queries (dim=-2)
 PASSED = "✓ causal_attention: matches the reference on 3 random inputs"
+KEPT = "kept as yourgpt/causal_attention.py: later notebooks use it"
+LATER = "04_multi_head.ipynb"  # its loop over heads runs notebook 03's causal_attention
+LATER_CELL = "attend = yours.use(check_causal_attention)"
+USED = "causal_attention: yours, from yourgpt/causal_attention.py"
 
 
 def _code_cell_index(notebook, text: str) -> int:
@@ -67,14 +73,40 @@ def test_exercise_stub_then_slip_then_pass(page, lab, artifacts):
     expect(output).to_contain_text(SOFTMAX_HINT[:60])
     page.screenshot(path=str(artifacts / "slip.png"))
 
-    # The correct body: the check passes.
+    # The correct body: the check passes, and keeps the function in the reader's package.
     _replace_source(page, stub, BODY.format(dim=-1))
     _run(page, stub)
-    expect(output).to_have_text(PASSED)
+    expect(output).to_contain_text(PASSED)
+    expect(output).to_contain_text(KEPT)
     page.screenshot(path=str(artifacts / "passed.png"))
+    assert (lab.yours / "causal_attention.py").is_file()
 
     assert error_outputs(page) == []
     assert console_errors(page) == []
+
+    # A later notebook, in a kernel of its own, runs the reader's function.
+    later = lab.root / LATER
+    open_notebook(page, lab.url, LATER)
+    cells = page.locator(f"{IN_FRONT} .jp-CodeCell")
+    index = _code_cell_index(later, LATER_CELL)
+    target = cells.nth(index)
+    target.locator(".cm-content").click()
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.get_by_role("menuitem", name="Run All Above Selected Cell", exact=True).click()
+    page.wait_for_function(
+        """([scope, n]) => {
+            const prompts = [...document.querySelectorAll(scope + ' .jp-CodeCell .jp-InputPrompt')];
+            return prompts.slice(0, n).every((p, i) => p.innerText.trim() === `[${i + 1}]:`);
+        }""",
+        arg=[IN_FRONT, index],
+        timeout=300_000,
+        polling=250,
+    )
+    wait_kernel_idle(page, timeout_ms=300_000)
+    _run(page, target)
+    expect(target.locator(".jp-OutputArea-output").first).to_contain_text(USED)
+    page.screenshot(path=str(artifacts / "later-notebook.png"))
+    assert error_outputs(page) == []
 
 
 CAPSTONE = "14_your_gpt.ipynb"
@@ -89,9 +121,10 @@ RMSNORM_SLIP = "x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * gain"  
 RMSNORM_RIGHT = "x / (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt() * gain"
 
 
-def _capstone_messages() -> dict[str, str]:
-    """What check_gpt_rmsnorm says to each body, asked of the library in this process."""
-    import torch  # noqa: F401  (the bodies use it)
+def _capstone_messages(folder) -> dict[str, str]:
+    """What check_gpt_rmsnorm says to each body, asked of the library in this process (each
+    body written to a file, so that its source can be read as the notebook's can)."""
+    import importlib.util
 
     from gptlib.exercises import check_gpt_rmsnorm
 
@@ -101,14 +134,19 @@ def _capstone_messages() -> dict[str, str]:
         ("slip", RMSNORM_SLIP),
         ("right", RMSNORM_RIGHT),
     ):
-        scope = {"torch": torch}
-        exec(f"def rmsnorm(x, gain, eps=1e-5):\n    return {body}", scope)
-        said[name] = check_gpt_rmsnorm(scope["rmsnorm"]).message
+        path = folder / f"rmsnorm_{name}.py"
+        path.write_text(f"import torch\n\n\ndef rmsnorm(x, gain, eps=1e-5):\n    return {body}\n")
+        spec = importlib.util.spec_from_file_location(f"rmsnorm_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        said[name] = check_gpt_rmsnorm(module.rmsnorm).message.splitlines()[0]
     return said
 
 
-def test_capstone_piece_refuses_the_library_names_a_slip_then_passes(page, lab, artifacts):
-    said = _capstone_messages()
+def test_capstone_piece_refuses_the_library_names_a_slip_then_passes(
+    page, lab, artifacts, tmp_path
+):
+    said = _capstone_messages(tmp_path)
     assert "write this one yourself" in said["shortcut"] and said["right"].startswith("✓")
     notebook = lab.root / CAPSTONE
     open_notebook(page, lab.url, CAPSTONE)
@@ -123,7 +161,7 @@ def test_capstone_piece_refuses_the_library_names_a_slip_then_passes(page, lab, 
         body = {"shortcut": RMSNORM_SHORTCUT, "slip": RMSNORM_SLIP, "right": RMSNORM_RIGHT}[name]
         _replace_source(page, stub, RMSNORM.format(body=body))
         _run(page, stub)
-        expect(output).to_have_text(said[name])
+        expect(output).to_contain_text(said[name])
         page.screenshot(path=str(artifacts / f"capstone-{name}.png"))
 
     assert error_outputs(page) == []

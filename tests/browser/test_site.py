@@ -1,26 +1,31 @@
 """The course's website (`make site`), read in Chromium with the network cut off.
 
 The site is built into a temporary folder and served on 127.0.0.1; every request to any other
-host is aborted and recorded. Checked: the index lists every chapter in both languages; a chapter
-page has its formulas typeset (no `$` left in the text of its markdown), every picture loaded,
-and its language link lands on the same chapter in the other language; a slider's picture and
-its note are shown; no request failed and none left the machine. A screenshot of each page
-checked goes to test-artifacts/browser/site/.
+host is aborted and recorded, and so is every failed request (about: and fonts included), every
+answer of 400 or more and every error on the browser's console. Checked: every page of both
+editions loads with none of those, declares its language (zh-CN for the Chinese edition), has
+every picture loaded, its formulas typeset, a language link to its twin, previous/next with the
+neighbouring chapters' titles, and a download of its notebook that resolves to the notebook
+itself; search finds the attention chapters for "attention" in English and 注意力 in Chinese; on
+a 390 px phone a chapter of each edition does not overflow the page sideways; a slider shows as
+its stored picture with its note. Screenshots go to test-artifacts/browser/site/.
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import json
 import threading
 from urllib.parse import urlparse
 
 import pytest
 from conftest import ARTIFACTS, ROOT
 
-from website.build import build
+from website.build import EDITIONS, build, chapters
 
-ENGLISH = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+STEMS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+LANGS = {"en": "en", "zh": "zh-CN"}
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -37,107 +42,184 @@ def site(tmp_path_factory):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", **done}
+        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "out": out, **done}
     finally:
         server.shutdown()
         server.server_close()
 
 
-@pytest.fixture
-def offline(browser):
-    """A browser tab that can reach 127.0.0.1 only; `tab.outside` and `tab.failed` record what
-    was blocked and what failed."""
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
+def _tab(browser, width: int, height: int):
+    """A browser tab that can reach 127.0.0.1 only. `tab.problems` records every request that
+    was blocked or failed, every answer of 400 or more and every console error."""
+    context = browser.new_context(viewport={"width": width, "height": height})
     tab = context.new_page()
-    tab.outside, tab.failed = [], []
+    tab.problems = []
 
     def only_here(route):
         url = urlparse(route.request.url)
-        if url.hostname == "127.0.0.1" or url.scheme in ("about", "data", "blob"):
+        if url.hostname == "127.0.0.1" or url.scheme in ("data", "blob"):
             route.continue_()
         else:
-            tab.outside.append(route.request.url)
+            tab.problems.append(f"request off the machine: {route.request.url}")
             route.abort()
 
     context.route("**/*", only_here)
-    # about:blank (a frame MathJax opens to measure its font) is not a request to anywhere.
+    tab.on("requestfailed", lambda r: tab.problems.append(f"failed: {r.url}: {r.failure}"))
     tab.on(
-        "requestfailed",
-        lambda r: r.url.startswith("about:") or tab.failed.append(f"{r.url}: {r.failure}"),
+        "response",
+        lambda r: r.status >= 400 and tab.problems.append(f"HTTP {r.status}: {r.url}"),
     )
+    tab.on(
+        "console",
+        lambda m: m.type == "error" and tab.problems.append(f"console: {m.text} {m.location}"),
+    )
+    tab.on("pageerror", lambda e: tab.problems.append(f"page error: {e}"))
+    return context, tab
+
+
+@pytest.fixture
+def desktop(browser):
+    context, tab = _tab(browser, 1280, 900)
     yield tab
     context.close()
 
 
-def _shot(tab, name: str) -> None:
+@pytest.fixture
+def phone(browser):
+    context, tab = _tab(browser, 390, 844)
+    yield tab
+    context.close()
+
+
+def _shot(tab, name: str, full_page: bool = False) -> None:
     folder = ARTIFACTS / "site"
     folder.mkdir(parents=True, exist_ok=True)
-    tab.screenshot(path=str(folder / f"{name}.png"), full_page=False)
+    tab.screenshot(path=str(folder / f"{name}.png"), full_page=full_page)
 
 
-def _typeset(tab, formulas: bool = True) -> None:
-    """Wait until MathJax has started and typeset the page (and, with `formulas`, drawn some)."""
-    drawn = " && document.querySelector('.MathJax, .MathJax_Display')" if formulas else ""
-    tab.wait_for_function(
-        "() => window.MathJax && MathJax.isReady && MathJax.Hub.queue.pending === 0"
-        f" && MathJax.Hub.queue.running === 0{drawn}",
-        timeout=60_000,
-    )
-
-
-def _pictures(tab) -> tuple[int, list[str]]:
+def _open(tab, url: str) -> dict:
+    """Load a page, wait for MathJax (where the page has formulas) and report what it shows."""
+    tab.goto(url, wait_until="load")
     return tab.evaluate(
-        "() => { const imgs = [...document.images];"
-        " return [imgs.length, imgs.filter(i => !(i.complete && i.naturalWidth > 0))"
-        ".map(i => i.src.slice(0, 80))]; }"
+        """async () => {
+        let formulas = 0;
+        if (window.MathJax && MathJax.startup) {
+            await MathJax.startup.promise;
+            formulas = document.querySelectorAll('mjx-container').length;
+        }
+        const imgs = [...document.images];
+        await Promise.all(imgs.map(i => i.decode().catch(() => null)));
+        const prose = [...document.querySelectorAll('article .cell.tag_markdown, article p, article li')]
+            .map(e => e.innerText).join('\\n');
+        const link = document.querySelector('a.course-language');
+        const download = document.querySelector('a[href*="_sources/"][href$=".ipynb"]');
+        const prevNext = document.querySelector('.prev-next-area');
+        return {
+            lang: document.documentElement.lang,
+            formulas,
+            dollars: (prose.match(/\\$/g) || []).length,
+            pictures: imgs.length,
+            broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 80)),
+            twin: link && link.getAttribute('href'),
+            download: download && download.href,
+            prevNext: prevNext ? prevNext.innerText : '',
+        };
+    }"""
     )
 
 
-def test_index_lists_every_chapter_in_both_languages(site, offline):
-    offline.goto(f"{site['url']}/index.html")
-    for lang in ("en", "zh"):
-        hrefs = offline.eval_on_selector_all(
-            f"#{lang} table.course-chapters a", "links => links.map(a => a.getAttribute('href'))"
+def test_every_page_of_both_editions(site, desktop):
+    """Every page: no console error, no failed or outside request, the right lang, pictures,
+    formulas, the twin, previous/next with titles and a download that is the notebook."""
+    chs = {c["stem"]: c for c in chapters()}
+    for lang in EDITIONS:
+        other = "zh" if lang == "en" else "en"
+        for i, stem in enumerate(STEMS):
+            seen = _open(desktop, f"{site['url']}/{lang}/{stem}.html")
+            where = f"{lang}/{stem}"
+            assert seen["lang"] == LANGS[lang], where
+            assert seen["pictures"] >= 1 and not seen["broken"], (where, seen["broken"])
+            assert seen["dollars"] == 0, f"{where}: a formula was left as raw TeX"
+            assert seen["twin"] == f"../{other}/{stem}.html", where
+            assert (site["out"] / other / f"{stem}.html").is_file(), where
+            if i + 1 < len(STEMS):
+                assert chs[STEMS[i + 1]]["titles"][lang] in seen["prevNext"], where
+            if i > 0:
+                assert chs[STEMS[i - 1]]["titles"][lang] in seen["prevNext"], where
+            got = desktop.request.get(seen["download"])
+            assert got.ok, (where, seen["download"])
+            stored = json.loads((EDITIONS[lang]["folder"] / f"{stem}.ipynb").read_bytes())
+            assert got.json() == stored, f"{where}: the download is not the notebook"
+            assert not desktop.problems, (where, desktop.problems)
+            if stem.startswith("03_"):
+                assert seen["formulas"] >= 10, (where, seen["formulas"])
+                _shot(desktop, f"desktop-{lang}-{stem}")
+        seen = _open(desktop, f"{site['url']}/{lang}/index.html")
+        assert seen["lang"] == LANGS[lang]
+        assert not desktop.problems, (lang, desktop.problems)
+
+
+def test_the_index_offers_both_languages_and_every_chapter(site, desktop):
+    desktop.goto(f"{site['url']}/index.html")
+    choices = desktop.eval_on_selector_all(
+        "nav.langs a", "links => links.map(a => a.getAttribute('href'))"
+    )
+    assert choices == ["en/index.html", "zh/index.html"]
+    for lang in EDITIONS:
+        hrefs = desktop.eval_on_selector_all(
+            f"#{lang} a", "links => links.map(a => a.getAttribute('href'))"
         )
-        assert hrefs == [f"{lang}/{stem}.html" for stem in ENGLISH], lang
-    _shot(offline, "index")
-    assert not offline.outside and not offline.failed, (offline.outside, offline.failed)
+        assert hrefs == [f"{lang}/{stem}.html" for stem in STEMS], lang
+        assert desktop.get_attribute(f"#{lang}", "lang") == LANGS[lang]
+    _shot(desktop, "index")
+    assert not desktop.problems, desktop.problems
 
 
-@pytest.mark.parametrize(("lang", "other"), [("zh", "en"), ("en", "zh")])
-def test_a_chapter_is_typeset_has_its_pictures_and_its_twin(site, offline, lang, other):
-    chapter = next(s for s in ENGLISH if s.startswith("03_"))
-    offline.goto(f"{site['url']}/{lang}/{chapter}.html")
-    _typeset(offline)
-    markdown = offline.eval_on_selector_all(
-        ".jp-MarkdownCell", "cells => cells.map(c => c.innerText).join('\\n')"
+@pytest.mark.parametrize(("lang", "query"), [("en", "attention"), ("zh", "注意力")])
+def test_search_finds_the_attention_chapters(site, desktop, lang, query):
+    desktop.goto(f"{site['url']}/{lang}/search.html?q={query}")
+    desktop.wait_for_selector("#search-results ul.search li a", timeout=30_000)
+    desktop.wait_for_function(
+        "() => document.querySelector('#search-results .search-summary')"
+        " && /\\d/.test(document.querySelector('#search-results .search-summary').innerText)",
+        timeout=30_000,
     )
-    assert markdown.strip() and "$" not in markdown, "a formula was left as raw TeX"
-    if lang == "zh":
-        assert "注意力" in markdown
-    count, broken = _pictures(offline)
-    assert count >= 3 and not broken, (count, broken)
-    _shot(offline, f"{lang}-{chapter}")
-    offline.click("a.course-language")
-    offline.wait_for_load_state("load")
-    assert offline.url.endswith(f"/{other}/{chapter}.html"), offline.url
-    assert not offline.outside and not offline.failed, (offline.outside, offline.failed)
+    found = desktop.eval_on_selector_all(
+        "#search-results ul.search li > a", "links => links.map(a => a.getAttribute('href'))"
+    )
+    pages = {href.split("?")[0].split("#")[0].removesuffix(".html") for href in found}
+    for stem in STEMS:
+        if stem[:2] in ("03", "04"):
+            assert stem in pages, (query, sorted(pages))
+    _shot(desktop, f"search-{lang}")
+    assert not desktop.problems, desktop.problems
 
 
-def test_a_slider_is_shown_as_its_stored_picture(site, offline):
-    chapter = next(s for s in ENGLISH if s.startswith("08_"))
-    offline.goto(f"{site['url']}/zh/{chapter}.html")
-    _typeset(offline, formulas=False)
-    notes = offline.locator(".course-slider-note")
+@pytest.mark.parametrize("lang", list(EDITIONS))
+def test_a_chapter_fits_a_phone(site, phone, lang):
+    stem = next(s for s in STEMS if s.startswith("03_"))
+    _open(phone, f"{site['url']}/{lang}/{stem}.html")
+    width = phone.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= 390, f"the page is {width} px wide on a 390 px phone"
+    assert phone.locator("a.course-language").is_visible()
+    _shot(phone, f"phone-{lang}-{stem}")
+    phone.locator("div.cell_output").nth(2).scroll_into_view_if_needed()
+    _shot(phone, f"phone-{lang}-{stem}-code")
+    assert not phone.problems, phone.problems
+
+
+def test_a_slider_is_shown_as_its_stored_picture(site, desktop):
+    stem = next(s for s in STEMS if s.startswith("08_"))
+    seen = _open(desktop, f"{site['url']}/zh/{stem}.html")
+    notes = desktop.locator(".course-slider-note")
     assert notes.count() >= 1
     assert "JupyterLab" in notes.first.inner_text()
-    count, broken = _pictures(offline)
-    assert count >= 3 and not broken, (count, broken)
+    assert seen["pictures"] >= 3 and not seen["broken"], seen
     notes.first.scroll_into_view_if_needed()
-    _shot(offline, f"zh-{chapter}-slider")
-    assert not offline.outside and not offline.failed, (offline.outside, offline.failed)
+    _shot(desktop, f"zh-{stem}-slider")
+    assert not desktop.problems, desktop.problems
 
 
 def test_the_site_is_whole(site):
-    """Every chapter in both languages, and nothing but the site's own files."""
-    assert site["pages"] == 2 * len(ENGLISH), site
+    """Every chapter in both languages, and each edition's index."""
+    assert site["pages"] == 2 * len(STEMS) + 2, site

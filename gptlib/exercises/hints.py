@@ -330,8 +330,8 @@ HINTS: dict[str, Hint] = {
     "check_gpt_block": Hint(
         "Pre-norm, as in notebook 06: each sublayer reads a normalised copy of x, with its own "
         "gain (ln1 for attention, ln2 for the MLP), and its output is added to x. Your attention "
-        "returns two things; the block needs only the first. Call your own rmsnorm, attention "
-        "and mlp.",
+        "returns two things; the block needs only the first. The pieces come in `pieces`: call "
+        "pieces.rmsnorm, pieces.attention and pieces.mlp.",
         "1. x [B, n, d] normalised with the gain ln1; attention on it with qkv and attn_proj; "
         "its output [B, n, d] added to x.\n"
         "2. The new x normalised with the gain ln2; the MLP on it with fc and mlp_proj; its "
@@ -340,11 +340,11 @@ HINTS: dict[str, Hint] = {
     ),
     "check_gpt_forward": Hint(
         "Embeddings, then every block in order, then the final norm, then the output head. The "
-        "result is logits, not probabilities. The checker watches what your embed, rmsnorm, "
-        "attention, mlp and block return, so call them under those names.",
+        "result is logits, not probabilities. Every piece comes from `pieces`, and each block is "
+        "handed the same `pieces`, so that the checker can watch what each one returns.",
         "1. idx [B, n] with tok_emb and pos_emb: x [B, n, d].\n"
-        "2. For each block's dict in the list of blocks, in order: x through your block, "
-        "[B, n, d].\n"
+        "2. For each block's dict in the list of blocks, in order: x through pieces.block, with "
+        "pieces handed on, [B, n, d].\n"
         "3. x normalised with the gain ln_f: [B, n, d].\n"
         "4. That times lm_head transposed ([d, V]): logits [B, n, V].",
     ),
@@ -364,7 +364,8 @@ HINTS: dict[str, Hint] = {
         "The loop of notebook 10, line for line, with two differences: there is no model, so "
         "the tensors to clip are the ones the optimizer holds in its parameter groups, and the "
         "loss is your gpt_loss on forward_fn. One generator, made once before the loop, draws "
-        "every batch; the window length T is the number of rows of the position table.",
+        "every batch; the window length T is the number of rows of the position table. "
+        "forward_fn is whatever forward you are handed: the check may hand it yours.",
         "1. Before the loop: a generator seeded with seed; the list of every tensor in the "
         "optimizer's groups; an empty list of losses.\n"
         "2. Each step: the warmup + cosine rate for this step (over `steps` steps) written into "
@@ -410,9 +411,9 @@ HINTS: dict[str, Hint] = {
         "call finds every position so far.",
         "1. p from the cache (the positions axis of block 0's k), or 0; n, the number of new ids.\n"
         "2. Token rows plus rows p..p+n-1 of the position table: x [B, n, d].\n"
-        "3. For block i: cached_attention on rmsnorm(x, ln1) with entry i (None when the list is "
-        "shorter); the returned pair stored as entry i (appended the first time); its output "
-        "added to x; then x plus mlp(rmsnorm(x, ln2)).\n"
+        "3. For block i: pieces.cached_attention on pieces.rmsnorm(x, ln1) with entry i (None "
+        "when the list is shorter); the returned pair stored as entry i (appended the first "
+        "time); its output added to x; then x plus pieces.mlp(pieces.rmsnorm(x, ln2)).\n"
         "4. The final norm and the head: logits [B, n, V].",
     ),
     # --- notebook 15 ----------------------------------------------------------------------------

@@ -7,19 +7,44 @@ from near_copy import LIMIT, closest, normalised, reference_tokens, score
 import gptlib.exercises as ex
 from gptlib.exercises.progress import EXERCISES
 
+# Near-copies still on the page, each with the change that removes it. The list only shrinks:
+# a new near-copy fails, and so does an entry here that no longer is one.
+KNOWN = {
+    ("check_gpt_rmsnorm", "06_normalisation"): (
+        "06 writes RMSNorm by hand, as the textbook does, and the capstone asks for it again; it "
+        "goes when the capstone uses the reader's earlier pieces instead of repeating them"
+    ),
+}
+
+
+def _stem(path: str) -> str:
+    return path.rsplit("/", 1)[-1].removesuffix(".ipynb")
+
 
 @pytest.fixture(scope="module")
 def found():
-    return closest(top=4)
+    return closest(top=8)
 
 
 @pytest.mark.parametrize("check", [e.check for e in EXERCISES])
 def test_no_stored_cell_holds_a_near_copy_of_the_answer(found, check):
     n, best = found[check]
-    copies = [f"{nb} cell {i} ({s:.2f})" for s, nb, i in best if s >= LIMIT]
+    copies = [
+        f"{nb} cell {i} ({s:.2f})"
+        for s, nb, i in best
+        if s >= LIMIT and (check, _stem(nb)) not in KNOWN
+    ]
     assert not copies, (
         f"{check}: these stored cells hold {LIMIT:.0%} or more of its answer's {n} tokens, in "
         f"order: {', '.join(copies)}"
+    )
+
+
+@pytest.mark.parametrize("check, notebook", sorted(KNOWN))
+def test_each_known_near_copy_is_still_one(found, check, notebook):
+    _, best = found[check]
+    assert any(s >= LIMIT and _stem(nb) == notebook for s, nb, _ in best), (
+        f"{check} no longer has a near-copy in {notebook}: remove it from KNOWN"
     )
 
 

@@ -21,6 +21,7 @@ def _prelude(check) -> str:
     """The imports a pasted solution needs: what its module imports (never what it defines)."""
     module = sys.modules[check.solution.__module__]
     lines = [
+        "from __future__ import annotations",
         "import math",
         "import torch",
         "import torch.nn as nn",

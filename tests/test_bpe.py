@@ -270,3 +270,10 @@ def test_show_solution_prints_the_reference(capsys):
     show_solution(check_merge)
     out = capsys.readouterr().out
     assert "def solution_merge" in out and "i += 2" in out
+
+
+def test_the_merge_check_names_a_loop_that_drops_the_last_id():
+    from gptlib.exercises import bpe
+
+    result = bpe.check_merge(bpe._last_dropped)
+    assert not result.passed and "last id" in result.message

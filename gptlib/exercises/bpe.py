@@ -68,6 +68,19 @@ def _from_the_right(ids, pair, new_id):
     return solution_merge(ids[::-1], pair[::-1], new_id)[::-1]
 
 
+def _last_dropped(ids, pair, new_id):
+    # A loop over i < len(ids) - 1, so that ids[i + 1] always exists: the last id is never seen.
+    out, i = [], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
 MISTAKES = [
     (
         "only the first occurrence of the pair was merged; the later ones are still in your list, "
@@ -89,6 +102,11 @@ MISTAKES = [
         "the list was scanned from the right: in a run like a a a your result is [a, new]; the left "
         "pair merges first, giving [new, a]",
         _from_the_right,
+    ),
+    (
+        "the last id of the list is missing from your result when it is not the end of a merged "
+        "pair: the loop stopped one id early",
+        _last_dropped,
     ),
 ]
 

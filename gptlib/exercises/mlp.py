@@ -76,7 +76,7 @@ MISTAKES = [
     ),
     (
         f"the two weight tables play swapped roles: the shapes happen to fit, but "
-        f"your first layer used w_proj and the second w_fc. {TRANSPOSE_HINT}",
+        f"your first layer used w_proj and the second w_fc; {TRANSPOSE_HINT}",
         _swapped_weights,
     ),
 ]

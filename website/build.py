@@ -2,13 +2,16 @@
 
     python -m website.build            # writes _site/ (make site)
 
-Every stored notebook is rendered as it is, outputs included, never re-executed: the English
-ones from notebooks/, the Chinese ones from notebooks/zh/. Each chapter page has a bar with the
-chapter list, the previous and next chapter and the same chapter in the other language. Formulas
-are typeset by a MathJax served from the site itself (copied from the pinned
-jupyter-server-mathjax package). A slider cannot move without a running kernel: where a notebook
-shows one, the page shows the picture it drew when the notebook was executed, with a line on how
-to move it in JupyterLab.
+Sphinx, myst-nb and sphinx-book-theme render every stored notebook as it is, outputs included,
+never re-executed: the English edition from notebooks/ into _site/en/, the Chinese one from
+notebooks/zh/ into _site/zh/ (lang="zh-CN", searched word by word through jieba). The theme
+gives the chapter sidebar, the page's contents, previous/next with titles, search, dark mode and
+a phone layout; sphinx-copybutton the copy buttons. What this file adds: each page's link to its
+twin, a line on running the notebook, the downloadable .ipynb (the real notebook, sliders and
+all), a MathJax 3 served from the site itself, and _site/index.html, which offers both
+languages. A slider cannot move without a running kernel: where a notebook shows one, the page
+shows the picture it drew when the notebook was executed, with a line on how to move it in
+JupyterLab.
 """
 
 from __future__ import annotations
@@ -16,24 +19,30 @@ from __future__ import annotations
 import argparse
 import copy
 import html
+import importlib.metadata
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from i18n.build import load, source
 
 ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
 NOTEBOOKS = ROOT / "notebooks"
 SITE = ROOT / "_site"
-MATHJAX = "mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+MATHJAX = "tex-svg-full.js"  # MathJax 3's SVG output: its glyphs are in the script, no web fonts
 
 EDITIONS = {
     "en": {
+        "lang": "en",
         "name": "English",
         "folder": NOTEBOOKS,
         "title": "A small GPT, notebook by notebook",
@@ -41,54 +50,43 @@ EDITIONS = {
             "A course that builds a character-level GPT one idea at a time, with the small "
             "library every notebook imports. These pages are the notebooks as they were last "
             "executed; to run them, move the sliders and do the exercises, open them in "
-            "JupyterLab (<code>make lab</code>)."
+            "JupyterLab (`make lab`)."
         ),
         "chapters": "Chapters",
-        "index": "Chapters",
-        "previous": "previous",
-        "next": "next",
-        "other": "中文",
+        "read": "Read in English",
+        "run": (
+            "**Run this notebook yourself:** `make lab` opens JupyterLab on `notebooks/`; open "
+            "`{name}` there and run its cells. The download button above gives this notebook."
+        ),
         "slider": (
-            "A slider drew this picture when the notebook was executed. To move it, open "
-            "<code>notebooks/{name}</code> in JupyterLab (<code>make lab</code>), run the "
-            "notebook's cells, and drag the slider: the picture follows."
+            "A slider drew this picture when the notebook was executed. To move it, run this "
+            "notebook in JupyterLab: open <code>notebooks/{name}</code> (<code>make lab</code>), "
+            "run the notebook's cells, and drag the slider: the picture follows."
         ),
     },
     "zh": {
+        "lang": "zh-CN",
         "name": "中文",
         "folder": NOTEBOOKS / "zh",
         "title": "从零读懂一个小 GPT：逐个笔记本",
         "intro": (
             "本课程一次一个概念地搭建一个字符级 GPT，每个笔记本都导入同一个小库 gptlib。这些页面是笔记本"
             "最后一次执行时的样子；要运行代码、拖动滑块、做练习，请在 JupyterLab 中打开它们"
-            "（<code>make lab</code>）。"
+            "（`make lab`）。"
         ),
         "chapters": "章节",
-        "index": "章节目录",
-        "previous": "上一章",
-        "next": "下一章",
-        "other": "English",
+        "read": "阅读中文版",
+        "run": (
+            "**自己运行这个笔记本：** `make lab` 在 `notebooks/` 上打开 JupyterLab，在其中打开 "
+            "`zh/{name}` 并运行各个单元。上方的下载按钮可下载这个笔记本。"
+        ),
         "slider": (
-            "这张图是笔记本执行时由滑块画出的。要拖动滑块，请在 JupyterLab 中打开 "
+            "这张图是笔记本执行时由滑块画出的。要拖动滑块，请在 JupyterLab 中运行这个笔记本：打开 "
             "<code>notebooks/zh/{name}</code>（<code>make lab</code>），运行笔记本的各个单元，"
             "然后拖动滑块：图会随之更新。"
         ),
     },
 }
-
-STYLE = """
-body { margin: 0; }
-.course-bar { position: sticky; top: 0; z-index: 10; display: flex; gap: 1.2em; align-items: center;
-  padding: 0.5em 1.5em; background: #f3f3f3; border-bottom: 1px solid #ccc;
-  font: 14px/1.4 system-ui, sans-serif; }
-.course-bar a { color: #0b5cad; text-decoration: none; }
-.course-bar .spacer { flex: 1; }
-.course-index { max-width: 60em; margin: 2em auto; padding: 0 1.5em; font: 16px/1.5 system-ui, sans-serif; }
-.course-index table { border-collapse: collapse; width: 100%; }
-.course-index td, .course-index th { border-bottom: 1px solid #ddd; padding: 0.4em 0.6em; text-align: left; }
-.course-slider-note { font: 14px/1.4 system-ui, sans-serif; background: #fff8e1; border-left: 4px solid #f0b400;
-  padding: 0.4em 0.8em; margin: 0.4em 0; }
-"""
 
 
 def title(nb: dict) -> str:
@@ -115,16 +113,43 @@ def _widget_outputs(state: dict, model_id: str, seen: set[str] | None = None) ->
     return found
 
 
-def prepare(nb: dict, name: str, lang: str) -> dict:
-    """A copy of the notebook ready for the page: each slider replaced by the picture it drew,
-    with a note; links between notebooks pointed at their pages; no widget state left."""
-    nb = copy.deepcopy(nb)
-    state = nb.get("metadata", {}).pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-    note = EDITIONS[lang]["slider"].format(name=name)
+def _plain(heading: str) -> str:
+    """A heading's text as a reader sees it: no code marks, emphasis or link targets."""
+    heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    return re.sub(r"[`*]", "", heading).strip()
+
+
+def anchors(nb: dict) -> dict[str, str]:
+    """Each heading's anchor as Jupyter writes it (the links between notebooks use these) and the
+    anchor the site gives it."""
+    from myst_parser.slugs import github_slugify
+
+    found = {}
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
-            text = re.sub(r"\]\((\d\d_\w+)\.ipynb", r"](\1.html", source(cell))
-            cell["source"] = text
+            for m in re.finditer(r"^#{1,6} (.+)$", source(cell), re.M):
+                text = _plain(m.group(1))
+                found.setdefault(text.replace(" ", "-"), github_slugify(text))
+    return found
+
+
+def prepare(nb: dict, name: str, lang: str, targets: dict[str, dict[str, str]]) -> dict:
+    """A copy of the notebook ready for the page: each slider replaced by the picture it drew,
+    with a note; a line on running it after the first cell; links to other notebooks' headings
+    given the site's anchors (`targets`: stem -> anchors()); no widget state left."""
+    nb = copy.deepcopy(nb)
+    state = nb.get("metadata", {}).pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    ed = EDITIONS[lang]
+    note = ed["slider"].format(name=name)
+
+    def link(m: re.Match) -> str:
+        stem, anchor = m.group(1), m.group(2)
+        slug = targets.get(stem, {}).get(anchor) if anchor else None
+        return f"]({stem}.ipynb" + (f"#{slug})" if slug else ")")
+
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            cell["source"] = re.sub(r"\]\((\d\d_\w+)\.ipynb(?:#([^)\s]+))?\)", link, source(cell))
             continue
         outputs = []
         for out in cell.get("outputs", []):
@@ -132,7 +157,7 @@ def prepare(nb: dict, name: str, lang: str) -> dict:
             if view is None:
                 outputs.append(out)
                 continue
-            pictures = [
+            outputs += [
                 {
                     "output_type": "display_data",
                     "data": o["data"],
@@ -142,7 +167,6 @@ def prepare(nb: dict, name: str, lang: str) -> dict:
                 if o.get("output_type") in ("display_data", "execute_result")
                 and "image/png" in o.get("data", {})
             ]
-            outputs += pictures
             outputs.append(
                 {
                     "output_type": "display_data",
@@ -152,50 +176,14 @@ def prepare(nb: dict, name: str, lang: str) -> dict:
             )
         if "outputs" in cell:
             cell["outputs"] = outputs
+    run = {
+        "cell_type": "markdown",
+        "id": "course-run-note",
+        "metadata": {},
+        "source": f'<div class="course-run-note">\n\n{ed["run"].format(name=name)}\n\n</div>',
+    }
+    nb["cells"].insert(1, run)
     return nb
-
-
-def _bar(lang: str, chapters: list[dict], i: int) -> str:
-    ed, other = EDITIONS[lang], "zh" if lang == "en" else "en"
-    links = [f'<a href="../index.html#{lang}">{ed["index"]}</a>']
-    if i > 0:
-        prev = chapters[i - 1]
-        links.append(f'<a href="{prev["stem"]}.html">← {ed["previous"]}: {prev["number"]}</a>')
-    if i + 1 < len(chapters):
-        nxt = chapters[i + 1]
-        links.append(f'<a href="{nxt["stem"]}.html">{ed["next"]}: {nxt["number"]} →</a>')
-    links.append('<span class="spacer"></span>')
-    if chapters[i]["titles"].get(other):
-        links.append(
-            f'<a class="course-language" href="../{other}/{chapters[i]["stem"]}.html" '
-            f'hreflang="{other}">{EDITIONS[other]["name"]}</a>'
-        )
-    return f'<nav class="course-bar">{" ".join(links)}</nav>'
-
-
-def render(nb: dict, page_title: str) -> str:
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    exporter = HTMLExporter(
-        template_name="lab",
-        mathjax_url=f"../{MATHJAX}",
-        exclude_input_prompt=True,
-        exclude_output_prompt=True,
-    )
-    exporter.require_js_url = ""  # no widgets to render: nothing needs require.js
-    body, _ = exporter.from_notebook_node(
-        nbformat.reads(json.dumps(nb), as_version=4),  # sources joined into strings
-        resources={"metadata": {"name": page_title}},
-    )
-    # MathJax as pinned here ships one web font, STIX-Web: say so, or it asks for the TeX fonts.
-    fonts = (
-        '<script type="text/x-mathjax-config">MathJax.Hub.Config({"HTML-CSS": {availableFonts: '
-        '["STIX-Web"], preferredFont: "STIX-Web", webFont: "STIX-Web", imageFont: null}});'
-        "</script>"
-    )
-    body = body.replace('<script src=""></script>', "")
-    return body.replace(f'<script src="../{MATHJAX}"', f'{fonts}<script src="../{MATHJAX}"', 1)
 
 
 def chapters() -> list[dict]:
@@ -209,55 +197,107 @@ def chapters() -> list[dict]:
     return found
 
 
+def stage(lang: str, chs: list[dict], src: Path) -> list[str]:
+    """Sphinx's source folder for one edition: the prepared notebooks and index.md."""
+    ed = EDITIONS[lang]
+    src.mkdir(parents=True)
+    stems = [c["stem"] for c in chs if lang in c["titles"]]
+    books = {stem: load(ed["folder"] / f"{stem}.ipynb") for stem in stems}
+    targets = {stem: anchors(nb) for stem, nb in books.items()}
+    for stem, nb in books.items():
+        page = prepare(nb, f"{stem}.ipynb", lang, targets)
+        (src / f"{stem}.ipynb").write_text(json.dumps(page, ensure_ascii=False), encoding="utf-8")
+    toc = "\n".join(stems)
+    (src / "index.md").write_text(
+        f"# {ed['title']}\n\n{ed['intro']}\n\n"
+        f"```{{toctree}}\n:maxdepth: 1\n:caption: {ed['chapters']}\n\n{toc}\n```\n",
+        encoding="utf-8",
+    )
+    return stems
+
+
+def _mathjax() -> Path:
+    """MathJax 3's one-file SVG build, as shipped by the pinned sphinx-mathjax-offline."""
+    for f in importlib.metadata.files("sphinx-mathjax-offline") or []:
+        if f.name == MATHJAX:
+            return Path(f.locate())
+    raise FileNotFoundError(f"{MATHJAX} not found in sphinx-mathjax-offline")
+
+
 def _index(chs: list[dict]) -> str:
+    """_site/index.html: both languages at the top, then each edition's chapters."""
+    choose = " ".join(
+        f'<a class="choose" lang="{ed["lang"]}" href="{lang}/index.html">{ed["read"]}</a>'
+        for lang, ed in EDITIONS.items()
+    )
     sections = []
     for lang, ed in EDITIONS.items():
         rows = "".join(
-            f'<tr><td>{c["number"]}</td><td><a href="{lang}/{c["stem"]}.html">'
-            f"{html.escape(c['titles'][lang])}</a></td></tr>"
+            f'<li><a href="{lang}/{c["stem"]}.html">{c["number"]} · '
+            f"{html.escape(c['titles'][lang])}</a></li>"
             for c in chs
             if lang in c["titles"]
         )
         sections.append(
-            f'<section id="{lang}" lang="{"zh-CN" if lang == "zh" else "en"}">'
-            f"<h1>{ed['title']}</h1><p>{ed['intro']}</p><h2>{ed['chapters']}</h2>"
-            f'<table class="course-chapters">{rows}</table></section>'
+            f'<section id="{lang}" lang="{ed["lang"]}"><h2>{ed["title"]}</h2>'
+            f'<ol class="course-chapters">{rows}</ol></section>'
         )
+    style = (
+        "body{margin:0;font:16px/1.5 system-ui,sans-serif;color:#222}"
+        "main{max-width:60rem;margin:0 auto;padding:1rem}"
+        ".langs{display:flex;flex-wrap:wrap;gap:.8rem;margin:1rem 0 2rem}"
+        ".choose{padding:.6rem 1.2rem;border:1px solid #0b5cad;border-radius:.4rem;"
+        "color:#0b5cad;text-decoration:none;font-weight:600}"
+        ".editions{display:grid;grid-template-columns:repeat(auto-fit,minmax(18rem,1fr));gap:2rem}"
+        "ol{list-style:none;padding:0}li{margin:.3rem 0}a{color:#0b5cad}"
+        "@media (prefers-color-scheme:dark){body{background:#14181e;color:#ddd}"
+        "a,.choose{color:#7fb5ff;border-color:#7fb5ff}}"
+    )
     return (
-        '<!DOCTYPE html><html><head><meta charset="utf-8">'
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        "<title>A small GPT · 从零读懂一个小 GPT</title>"
-        f'<link rel="stylesheet" href="course.css"></head><body><main class="course-index">'
-        f"{''.join(sections)}</main></body></html>"
+        f"<title>A small GPT · 从零读懂一个小 GPT</title><style>{style}</style></head><body><main>"
+        '<h1>A small GPT · <span lang="zh-CN">从零读懂一个小 GPT</span></h1>'
+        f'<nav class="langs">{choose}</nav><div class="editions">{"".join(sections)}</div>'
+        "</main></body></html>"
     )
 
 
-def build(out: Path = SITE) -> dict:
+def build(out: Path = SITE, quiet: bool = True) -> dict:
     start = time.perf_counter()
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    import jupyter_server_mathjax
-
-    shutil.copytree(Path(jupyter_server_mathjax.__file__).parent / "static", out / "mathjax")
-    (out / "course.css").write_text(STYLE, encoding="utf-8")
     chs = chapters()
+    mathjax = _mathjax()
     pages = 0
-    for lang, ed in EDITIONS.items():
-        (out / lang).mkdir()
-        for i, ch in enumerate(chs):
-            if lang not in ch["titles"]:
-                continue
-            path = ed["folder"] / f"{ch['stem']}.ipynb"
-            nb = prepare(load(path), path.name, lang)
-            page = render(nb, f"{ch['number']} · {ch['titles'][lang]}")
-            page = page.replace("<html>", f'<html lang="{"zh-CN" if lang == "zh" else "en"}">', 1)
-            page = page.replace("</head>", '<link rel="stylesheet" href="../course.css"></head>', 1)
-            bar = _bar(lang, chs, i)
-            page = re.sub(r"(<body[^>]*>)", lambda m, bar=bar: m.group(1) + bar, page, count=1)
-            (out / lang / f"{ch['stem']}.html").write_text(page, encoding="utf-8")
-            pages += 1
+    with tempfile.TemporaryDirectory(prefix="course-site-") as tmp:
+        runs = []
+        for lang in EDITIONS:
+            stems = stage(lang, chs, Path(tmp) / lang / "src")
+            pages += len(stems)
+            command = [sys.executable, "-m", "sphinx", "-b", "html", "-j", "1", "-c", str(HERE)]
+            command += ["-d", str(Path(tmp) / lang / "doctrees"), str(Path(tmp) / lang / "src")]
+            command += [str(out / lang)] + (["-q"] if quiet else [])
+            env = {**os.environ, "COURSE_EDITION": lang, "PYTHONHASHSEED": "0"}
+            runs.append((lang, stems, subprocess.Popen(command, env=env, cwd=ROOT)))
+        for lang, stems, run in runs:  # both editions build at once, one per core
+            if run.wait():
+                raise RuntimeError(f"sphinx-build failed for the {lang} edition")
+            folder = out / lang
+            (folder / "_static" / "mathjax").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(mathjax, folder / "_static" / "mathjax" / MATHJAX)
+            for stem in stems:  # the download: the notebook itself, sliders and all
+                shutil.copyfile(
+                    EDITIONS[lang]["folder"] / f"{stem}.ipynb",
+                    folder / "_sources" / f"{stem}.ipynb",
+                )
+            for found in folder.rglob("*.map"):  # source maps of the theme's scripts: unused
+                found.unlink()
+            pages += 1  # the edition's index.html
+    shutil.rmtree(out / "jupyter_execute", ignore_errors=True)  # myst-nb's scratch folder
     (out / "index.html").write_text(_index(chs), encoding="utf-8")
+    (out / ".nojekyll").write_text("", encoding="utf-8")
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return {"pages": pages, "seconds": time.perf_counter() - start, "bytes": size}
 
@@ -269,8 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=SITE, help="the folder to write (default: _site/)"
     )
+    parser.add_argument("--verbose", action="store_true", help="show Sphinx's own output")
     args = parser.parse_args(argv)
-    done = build(args.out)
+    done = build(args.out, quiet=not args.verbose)
     print(
         f"{done['pages']} pages in {args.out}, {done['bytes'] / 2**20:.1f} MiB, "
         f"built in {done['seconds']:.1f} s"

@@ -6,6 +6,8 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 
+import torch
+
 
 class CharTokenizer:
     """One id per character, ids given in sorted character order.
@@ -51,14 +53,37 @@ class CharTokenizer:
         for position, ch in enumerate(text):
             i = self.stoi.get(ch)
             if i is None:
-                shown = "".join(self.itos)
-                raise ValueError(
-                    f"character {ch!r} at position {position} is not in the vocabulary of "
-                    f"{self.vocab_size} symbols ({shown!r}); remove it or build the tokenizer "
-                    "from text that contains it"
-                )
+                raise self._unknown(ch, position)
             ids.append(i)
         return ids
+
+    def _unknown(self, ch: str, position: int) -> ValueError:
+        shown = "".join(self.itos)
+        return ValueError(
+            f"character {ch!r} at position {position} is not in the vocabulary of "
+            f"{self.vocab_size} symbols ({shown!r}); remove it or build the tokenizer "
+            "from text that contains it"
+        )
+
+    def encode_tensor(self, text: str, chunk: int = 1 << 22) -> torch.Tensor:
+        """`encode(text)` as a 1-D long tensor, for a large text: read `chunk` characters at a
+        time as code points and looked up in a table, so the memory it needs is the result (8
+        bytes per character) and one chunk, not a Python list of ints (about 36 bytes each)."""
+        top = max(ord(c) for c in self.itos)
+        table = torch.full((top + 2,), -1, dtype=torch.long)  # the last entry: beyond the table
+        for c, i in self.stoi.items():
+            table[ord(c)] = i
+        out = torch.empty(len(text), dtype=torch.long)
+        for start in range(0, len(text), chunk):
+            piece = text[start : start + chunk]
+            codes = torch.frombuffer(bytearray(piece.encode("utf-32-le")), dtype=torch.int32)
+            ids = table[codes.long().clamp(max=top + 1)]
+            unknown = (ids < 0).nonzero()
+            if len(unknown):
+                where = start + int(unknown[0])
+                raise self._unknown(text[where], where)
+            out[start : start + len(piece)] = ids
+        return out
 
     def decode(self, ids: Sequence[int] | Iterable[int]) -> str:
         out = []

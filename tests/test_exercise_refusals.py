@@ -244,12 +244,12 @@ def test_nothing_is_patched_while_a_check_runs():
 
 
 def test_a_name_of_the_readers_own_is_not_the_library():
-    def log_softmax(x):  # the reader's own function of the same name, called by a helper
-        m = x.max(dim=-1, keepdim=True).values
-        return x - m - (x - m).exp().sum(dim=-1, keepdim=True).log()
+    def log_softmax(x, dim=-1):  # the reader's own function of the same name, called by a helper
+        m = x.max(dim=dim, keepdim=True).values
+        return x - m - (x - m).exp().sum(dim=dim, keepdim=True).log()
 
-    def uses_own(x):
-        return log_softmax(x)
+    def uses_own(x, dim=-1):
+        return log_softmax(x, dim)
 
     assert shortcut("log_softmax", [log_softmax]) is None
     assert shortcut("log_softmax", [uses_own]) is None
@@ -257,7 +257,14 @@ def test_a_name_of_the_readers_own_is_not_the_library():
 
 
 def test_what_an_exercise_allows_still_works():
-    def lm_loss(logits, labels):  # F.cross_entropy around the shift is the reference's way
+    def lm_loss(logits, labels):  # log_softmax and gather are the exercise's own way
+        logp = logits[:, :-1].log_softmax(-1)  # log_softmax is notebook 09's other exercise
+        target = labels[:, 1:]
+        keep = target != -100
+        picked = logp.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        return -(picked * keep).sum() / keep.sum()
+
+    def with_cross_entropy(logits, labels):
         V = logits.size(-1)
         return F.cross_entropy(
             logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1), ignore_index=-100
@@ -265,6 +272,7 @@ def test_what_an_exercise_allows_still_works():
 
     assert shortcut("lm_loss", [lm_loss]) is None
     assert ex.check_lm_loss(lm_loss).passed
+    assert "F.cross_entropy" in ex.check_lm_loss(with_cross_entropy).message
 
 
 def test_an_exercise_without_refusals_refuses_nothing():

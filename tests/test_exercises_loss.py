@@ -1,5 +1,6 @@
 """The log-softmax and language-model-loss checks pass the solutions, agree with PyTorch and
-gptlib, and name each typical mistake."""
+gptlib, accept correct versions written differently, and name each typical mistake (the missing
+maximum among them)."""
 
 import math
 
@@ -23,6 +24,78 @@ def test_log_softmax_matches_torch_even_for_huge_logits():
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, F.log_softmax(x, dim=-1))
     assert out[0, 0].item() == 0.0
+
+
+@pytest.mark.parametrize("shape, dim", [((3, 5), -1), ((4, 3), 0), ((2, 3, 4), 1), ((2, 3, 4), 2)])
+def test_log_softmax_matches_torch_along_any_axis(shape, dim):
+    x = torch.randn(*shape) * 300
+    torch.testing.assert_close(loss.solution_log_softmax(x, dim), F.log_softmax(x, dim=dim))
+
+
+def test_log_softmax_along_dim_written_differently_passes():
+    def log_softmax(logits, dim=-1):
+        moved = logits.movedim(dim, -1)  # the axis to normalise, last
+        m = moved.max(dim=-1, keepdim=True).values.detach()
+        out = moved - m - torch.log(torch.sum(torch.exp(moved - m), dim=-1, keepdim=True))
+        return out.movedim(-1, dim)
+
+    assert loss.check_log_softmax(log_softmax).passed
+
+
+def test_missing_maximum_is_named_not_values_differ():
+    def log_softmax(logits, dim=-1):
+        return logits - torch.log(torch.exp(logits).sum(dim=dim, keepdim=True))
+
+    message = loss.check_log_softmax(log_softmax).message
+    assert message.startswith("✗ log_softmax: no maximum was taken away before exp")
+    assert "values differ" not in message
+
+
+def test_dim_ignored_is_named():
+    def log_softmax(logits, dim=-1):
+        m = logits.max(dim=-1, keepdim=True).values
+        return logits - m - (logits - m).exp().sum(dim=-1, keepdim=True).log()
+
+    assert "whatever dim says" in loss.check_log_softmax(log_softmax).message
+
+
+def test_lost_axis_is_named():
+    def log_softmax(logits, dim=-1):
+        m = logits.amax(dim=dim)  # no keepdim
+        return logits - m - (logits - m).exp().sum(dim=dim).log()
+
+    assert "lost that axis" in loss.check_log_softmax(log_softmax).message
+
+
+def test_lm_loss_from_the_readers_log_softmax_passes():
+    def log_softmax(logits, dim=-1):
+        m = logits.amax(dim=dim, keepdim=True)
+        return logits - m - (logits - m).exp().sum(dim=dim, keepdim=True).log()
+
+    def lm_loss(logits, labels):
+        targets = labels[:, 1:]
+        keep = targets != -100
+        logp = log_softmax(logits[:, :-1])  # [B, n-1, V]
+        picked = logp[keep].gather(1, targets[keep, None])  # [counted, 1]
+        return -picked.mean()
+
+    assert loss.check_lm_loss(lm_loss).passed
+
+
+def test_lm_loss_handed_to_cross_entropy_is_told_so():
+    def lm_loss(logits, labels):
+        V = logits.size(-1)
+        return F.cross_entropy(logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1))
+
+    result = loss.check_lm_loss(lm_loss)
+    assert not result.passed and "F.cross_entropy" in result.message
+
+
+def _gathered(logp, targets):
+    """-mean of logp at the targets, over the targets that are not -100: the reader's way."""
+    keep = targets != -100
+    picked = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return -(picked * keep).sum() / keep.sum()
 
 
 def test_lm_loss_matches_model_loss_and_hand_count():
@@ -79,9 +152,8 @@ def test_index_with_ignored_labels_names_ignore_index():
 
 def test_naive_reader_passes_small_logits_but_not_huge_ones():
     def naive(logits, labels):
-        V = logits.size(-1)
         p = logits.exp() / logits.exp().sum(-1, keepdim=True)
-        return F.nll_loss(p[:, :-1].log().reshape(-1, V), labels[:, 1:].reshape(-1))
+        return _gathered(p[:, :-1].log(), labels[:, 1:])
 
     assert "overflows" in loss.check_lm_loss(naive).message
 
@@ -92,7 +164,7 @@ def test_global_maximum_written_by_a_reader_is_named():
         return logits - m - torch.log(torch.exp(logits - m).sum(dim=-1, keepdim=True))
 
     assert loss.check_log_softmax(log_softmax).message == (
-        "✗ log_softmax: the maximum m was taken over the whole tensor, not per row: a row far "
+        "✗ log_softmax: the maximum m was taken over the whole tensor, not along dim: a slice far "
         "below the largest logit anywhere has every exp(logits - m) underflow to 0, and its log "
         "is -inf"
     )
@@ -102,7 +174,7 @@ def test_padding_clamped_to_token_zero_is_named():
     def lm_loss(logits, labels):
         targets = labels[:, 1:].clone()
         targets[targets == -100] = 0  # padding scored as token 0
-        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), targets.reshape(-1))
+        return _gathered(logits[:, :-1].log_softmax(-1), targets)
 
     assert loss.check_lm_loss(lm_loss).message == (
         "✗ lm_loss: the ignored labels (-100) were turned into token 0: those padding positions "

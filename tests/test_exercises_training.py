@@ -31,6 +31,7 @@ def test_loop_solution_passes():
     result = training.check_train_loop(training.solution_train_loop)
     assert result.passed
     assert result.message.startswith("✓ train_loop: the same 6 losses and the same final weights")
+    assert "model.train(" not in result.message
 
 
 @pytest.mark.parametrize(
@@ -43,8 +44,86 @@ def test_each_loop_mistake_gets_its_hint(hint, wrong):
 
 
 def test_loop_hints_are_distinct():
+    # Three ways of shifting twice share one message, and so do the two orders that leave every
+    # p.grad empty at the step.
     hints = [hint for hint, _ in training.LOOP_MISTAKES]
-    assert len(set(hints)) == len(hints)
+    assert len(set(hints)) == len(hints) - 3
+    assert hints.count(training.SHIFTED_TWICE) == 3
+
+
+def test_reference_loop_is_what_train_does():
+    # The check compares with the reference loop; gptlib.train.train must still agree with it.
+    from gptlib.train import train
+
+    s = training.LOOP_SETTINGS
+
+    def library(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+        history = train(
+            model,
+            tokens,
+            steps,
+            batch_size,
+            max_lr=max_lr,
+            warmup=warmup,
+            schedule="cosine",
+            min_lr=0.0,
+            clip=clip,
+            seed=seed,
+            optimizer=optimizer,
+        )
+        return history.loss
+
+    for seed in training.LOOP_SEEDS:
+        model, tokens = training._loop_setup(seed)
+        ref_losses, ref_weights = training._run_loop(
+            training.solution_train_loop, model, tokens, seed
+        )
+        lib_losses, lib_weights = training._run_loop(library, model, tokens, seed)
+        assert len(lib_losses) == s["steps"]
+        torch.testing.assert_close(torch.tensor(lib_losses), torch.tensor(ref_losses))
+        torch.testing.assert_close(lib_weights, ref_weights)
+
+
+def test_step_before_backward_is_not_blamed_on_zero_grad_alone():
+    result = training.check_train_loop(training._step_right_after_zero_grad)
+    assert "every p.grad was empty when optimizer.step() ran" in result.message
+    assert "or the step came before loss.backward()" in result.message
+
+
+def _shifting_loader_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+    # A reader's loop that shifts the labels itself, as a shifting data loader would.
+    g = torch.Generator().manual_seed(seed)
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
+        idx, labels = sample_batch(tokens, batch_size, model.cfg.block_size, g)
+        targets = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], -100)], dim=1)
+        _, loss = model(idx, targets)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_labels_shifted_twice_by_a_reader_are_named():
+    result = training.check_train_loop(_shifting_loader_loop)
+    assert result.message == f"✗ train_loop: {training.SHIFTED_TWICE}"
+
+
+def test_labels_shifted_twice_with_another_slip_are_still_named():
+    def two_slips(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+        return _shifting_loader_loop(
+            model, optimizer, tokens, steps, batch_size, max_lr, 0, clip, seed
+        )
+
+    result = training.check_train_loop(two_slips)
+    assert result.message.startswith(f"✗ train_loop: {training.SHIFTED_TWICE}")
+    assert "something else is off too" in result.message
+    assert "the loss of step 0 is already" not in result.message
 
 
 def test_clip_after_step_is_named_like_no_clip():
@@ -151,7 +230,9 @@ def test_loop_check_leaves_global_random_stream_alone():
 def test_clipping_acts_in_the_check():
     # If no step were clipped, the clip mistakes could not be told from the right answer.
     model, tokens = training._loop_setup(training.LOOP_SEEDS[0])
-    losses, weights = training._run_loop(None, model, tokens, training.LOOP_SEEDS[0], library=True)
+    losses, weights = training._run_loop(
+        training.solution_train_loop, model, tokens, training.LOOP_SEEDS[0]
+    )
     _, unclipped = training._run_loop(training._no_clip, model, tokens, training.LOOP_SEEDS[0])
     assert (weights - unclipped).abs().max() > 1e-4
 
@@ -184,6 +265,20 @@ def test_each_estimate_mistake_gets_its_hint(hint, wrong):
     result = training.check_validation_loss(wrong)
     assert not result.passed
     assert result.message == f"✗ validation_loss: {hint}"
+
+
+def test_mode_not_given_back_names_the_symptom_not_the_fix():
+    def flips_the_mode(model, tokens, batch_size, n_batches, seed):
+        was = model.training
+        value = training.solution_validation_loss(model, tokens, batch_size, n_batches, seed)
+        model.train(not was)
+        return value
+
+    result = training.check_validation_loss(flips_the_mode)
+    assert not result.passed
+    assert "one that came in train mode left in eval mode" in result.message
+    assert "one that came in eval mode left in train mode" in result.message
+    assert "model.train(" not in result.message
 
 
 def test_estimate_wrong_average_is_reported():

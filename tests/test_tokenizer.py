@@ -43,3 +43,26 @@ def test_save_load_json(tmp_path):
     again = CharTokenizer.load(path)
     assert again == tok
     assert again.encode(".zoë.") == tok.encode(".zoë.")
+
+
+def test_encode_tensor_equals_encode_across_chunks():
+    import torch
+
+    from gptlib.tokenizer import CharTokenizer
+
+    text = "床前明月光，疑是地上霜。abc\n" * 37 + "😀"
+    tok = CharTokenizer.from_text(text)
+    ids = tok.encode_tensor(text, chunk=10)  # many chunks, one of them cut mid-line
+    assert ids.dtype == torch.long and ids.tolist() == tok.encode(text)
+
+
+def test_encode_tensor_names_the_unknown_character_and_its_position():
+    import pytest
+
+    from gptlib.tokenizer import CharTokenizer
+
+    tok = CharTokenizer.from_text("abc")
+    with pytest.raises(ValueError, match=r"'z' at position 5 "):
+        tok.encode_tensor("abcabz", chunk=4)
+    with pytest.raises(ValueError, match=r"'\\u4e00' at position 1 |'一' at position 1 "):
+        tok.encode_tensor("a一", chunk=4)  # a code point beyond the table

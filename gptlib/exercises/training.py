@@ -1,12 +1,18 @@
 """Notebooks 10 and 11, training: the training step itself (notebook 10), and the validation loss
 (notebook 11).
 
+Notebook 10 shows the order of a step as a table and on one scalar weight, and trains through
+`gptlib.train.train` as a black box; the loop around the step, with the warmup-cosine rate of its
+section 2, its one generator and the model put in train mode, is the reader's. The check compares
+the reader's loop with the reference loop below (which `gptlib.train.train` also matches, a test
+says), not with `train` itself.
+
 `train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed)` trains
 `model` for `steps` steps on random windows of the 1-D id tensor `tokens` and returns the list of
 the `steps` losses. Each step, in order: the learning rate of the warmup + cosine schedule on
 every parameter group, a batch idx, labels [B, T] drawn with one generator seeded `seed`, the
 forward pass with the loss, zero_grad, backward, clipping of the global gradient norm, step. It
-must give the losses and the final weights of `gptlib.train.train` with the same settings.
+must give the losses and the final weights of the reference loop with the same settings.
 
 `validation_loss(model, tokens, batch_size, n_batches, seed)`, what `gptlib.train.estimate_loss`
 does, returns the mean loss over `n_batches` batches of windows drawn with a generator seeded
@@ -25,7 +31,7 @@ from gptlib.config import textbook
 from gptlib.data import sample_batch
 from gptlib.exercises.checking import CheckResult, not_written, refuses_shortcuts, solved_by
 from gptlib.model import GPT
-from gptlib.train import estimate_loss, learning_rate, make_optimizer, train
+from gptlib.train import estimate_loss, learning_rate, make_optimizer
 
 __all__ = [
     "check_validation_loss",
@@ -73,7 +79,7 @@ def _loop(
     train_mode=True,
     lr="cosine",
     generator="once",
-    shift_again=False,
+    shift_again=None,
     clip_each=False,
 ):
     """The training loop with one thing done wrong, to build the named mistakes from."""
@@ -89,8 +95,16 @@ def _loop(
         if generator == "every step":
             g = torch.Generator().manual_seed(seed)
         idx, labels = sample_batch(tokens, batch_size, T, None if generator == "global" else g)
-        if shift_again:
+        if shift_again == "cropped":
             _, loss = model(idx[:, :-1], labels[:, 1:])
+        elif shift_again == "padded":  # -100 in the freed last slot, as a shifting loader does
+            pad = torch.full_like(labels[:, :1], -100)
+            _, loss = model(idx, torch.cat([labels[:, 1:], pad], dim=1))
+        elif shift_again == "rolled":
+            _, loss = model(idx, labels.roll(-1, dims=1))
+        elif shift_again == "none":  # the loss written by hand, without the shift
+            logits, _ = model(idx)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
         else:
             _, loss = model(idx, labels)
         for action in order:
@@ -115,6 +129,10 @@ def _no_zero_grad(*args):
 
 def _zero_grad_after_backward(*args):
     return _loop(*args, order=("backward", "zero_grad", "clip", "step"))
+
+
+def _step_right_after_zero_grad(*args):
+    return _loop(*args, order=("zero_grad", "step", "backward", "clip"))
 
 
 def _step_before_backward(*args):
@@ -150,12 +168,29 @@ def _global_generator(*args):
 
 
 def _labels_shifted_twice(*args):
-    return _loop(*args, shift_again=True)
+    return _loop(*args, shift_again="cropped")
+
+
+def _labels_shifted_twice_padded(*args):
+    return _loop(*args, shift_again="padded")
+
+
+def _labels_rolled(*args):
+    return _loop(*args, shift_again="rolled")
+
+
+def _labels_not_shifted(*args):
+    return _loop(*args, shift_again="none")
 
 
 def _left_in_eval_mode(*args):
     return _loop(*args, train_mode=False)
 
+
+SHIFTED_TWICE = (
+    "the labels were shifted twice: model(idx, labels) already pairs position t with labels[t + "
+    "1], and your loop shifted them once more, so each position is scored on the token after next"
+)
 
 LOOP_MISTAKES = [
     (
@@ -164,9 +199,16 @@ LOOP_MISTAKES = [
         _no_zero_grad,
     ),
     (
-        "the weights never moved: zero_grad ran between loss.backward() and optimizer.step(), so "
-        "the step found no gradients",
+        "the weights never moved: every p.grad was empty when optimizer.step() ran, so each step "
+        "found no gradient to follow (zero_grad came between loss.backward() and the step, or the "
+        "step came before loss.backward())",
         _zero_grad_after_backward,
+    ),
+    (
+        "the weights never moved: every p.grad was empty when optimizer.step() ran, so each step "
+        "found no gradient to follow (zero_grad came between loss.backward() and the step, or the "
+        "step came before loss.backward())",
+        _step_right_after_zero_grad,
     ),
     (
         "optimizer.step() runs before loss.backward(): every update uses the gradient of the "
@@ -180,8 +222,9 @@ LOOP_MISTAKES = [
         _no_clip,
     ),
     (
-        "each parameter's gradient was clipped on its own, each to the norm clip; clipping uses the "
-        "one global norm of all the gradients together",
+        "each parameter's gradient was clipped on its own, each to the norm clip: your updates are "
+        "larger than the reference's, whose clip scales all the gradients by one factor, from their "
+        "norm taken together",
         _clip_each_parameter,
     ),
     (
@@ -190,8 +233,8 @@ LOOP_MISTAKES = [
         _lr_never_set,
     ),
     (
-        "after the warmup the learning rate stays at max_lr; train() here lets it fall along a "
-        "cosine until the last step",
+        "after the warmup your learning rate stays at max_lr, so the later updates are larger than "
+        "the reference's, whose rate falls along a cosine until the last step",
         _lr_without_cosine,
     ),
     (
@@ -200,13 +243,25 @@ LOOP_MISTAKES = [
     ),
     (
         "the batches come from torch's global random stream (sample_batch without a generator), not "
-        "from one generator seeded with seed, so they are not train()'s batches",
+        "from one generator seeded with seed, so they are not the reference's batches",
         _global_generator,
     ),
     (
-        "the labels were shifted twice: model(idx, labels) already pairs position t with labels[t + "
-        "1], and your loop shifted them once more",
+        SHIFTED_TWICE,
         _labels_shifted_twice,
+    ),
+    (
+        SHIFTED_TWICE,
+        _labels_shifted_twice_padded,
+    ),
+    (
+        SHIFTED_TWICE,
+        _labels_rolled,
+    ),
+    (
+        "no shift: the loss scores position t against labels[:, t], the token it is reading, so "
+        "already the loss of step 0 is not the reference's",
+        _labels_not_shifted,
     ),
     (
         "dropout stayed off: the model arrived in eval mode and your loop trained it in that mode",
@@ -232,7 +287,7 @@ def _loop_setup(seed: int) -> tuple[GPT, torch.Tensor]:
     return model, tokens
 
 
-def _run_loop(fn: Callable, model: GPT, tokens: torch.Tensor, seed: int, *, library=False):
+def _run_loop(fn: Callable, model: GPT, tokens: torch.Tensor, seed: int):
     """Run a loop on a copy of `model` with its own optimizer; dropout draws from a global stream
     seeded the same way for every run, and the caller's stream is left as it was."""
     model = copy.deepcopy(model)
@@ -240,26 +295,8 @@ def _run_loop(fn: Callable, model: GPT, tokens: torch.Tensor, seed: int, *, libr
     optimizer = make_optimizer(model, lr=s["max_lr"], weight_decay=0.1)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        if library:
-            history = train(
-                model,
-                tokens,
-                s["steps"],
-                s["batch_size"],
-                val_tokens=None,
-                max_lr=s["max_lr"],
-                warmup=s["warmup"],
-                schedule="cosine",
-                min_lr=0.0,
-                clip=s["clip"],
-                weight_decay=0.1,
-                seed=seed,
-                optimizer=optimizer,
-            )
-            losses = history.loss
-        else:
-            args = (s["steps"], s["batch_size"], s["max_lr"], s["warmup"], s["clip"], seed)
-            losses = fn(model, optimizer, tokens, *args)
+        args = (s["steps"], s["batch_size"], s["max_lr"], s["warmup"], s["clip"], seed)
+        losses = fn(model, optimizer, tokens, *args)
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     return losses, weights
 
@@ -282,13 +319,14 @@ def _same(a: tuple, b: tuple, atol: float = 1e-6) -> bool:
 @solved_by(solution_train_loop)
 @refuses_shortcuts("train_loop")
 def check_train_loop(train_loop: Callable) -> CheckResult:
-    """Run `train_loop` and `gptlib.train.train` from the same initial weights and seed on a tiny
-    dropout model, and compare the losses step by step and the final weights (to 1e-6)."""
+    """Run `train_loop` and the reference loop from the same initial weights and seed on a tiny
+    dropout model handed over in eval mode, and compare the losses step by step and the final
+    weights (to 1e-6)."""
     name = "train_loop"
     steps = LOOP_SETTINGS["steps"]
     for seed in LOOP_SEEDS:
         model, tokens = _loop_setup(seed)
-        losses, weights = _run_loop(None, model, tokens, seed, library=True)
+        losses, weights = _run_loop(solution_train_loop, model, tokens, seed)
         expected = (_as_losses(losses), weights)
         try:
             got_losses, got_weights = _run_loop(train_loop, model, tokens, seed)
@@ -300,49 +338,55 @@ def check_train_loop(train_loop: Callable) -> CheckResult:
             got = (_as_losses(got_losses), got_weights)
         except (TypeError, ValueError, RuntimeError):
             return CheckResult(
-                False, f"✗ {name}: return a list of the {steps} losses as numbers (loss.item())"
+                False,
+                f"✗ {name}: what your loop returned is not a list of {steps} numbers, one loss "
+                "per step",
             )
         if len(got[0]) != steps:
-            return CheckResult(
-                False,
-                f"✗ {name}: returned {len(got[0])} losses for {steps} steps; append "
-                "loss.item() once per step",
-            )
+            return CheckResult(False, f"✗ {name}: returned {len(got[0])} losses for {steps} steps")
         if _same(got, expected):
             continue
+        first_losses = []  # each slip's loss of step 0, for a loop with more than one slip
         for hint, wrong_fn in LOOP_MISTAKES:
             wrong_losses, wrong_weights = _run_loop(wrong_fn, model, tokens, seed)
-            if _same(got, (_as_losses(wrong_losses), wrong_weights)):
+            wrong = (_as_losses(wrong_losses), wrong_weights)
+            if _same(got, wrong):
                 return CheckResult(False, f"✗ {name}: {hint}")
+            first_losses.append((hint, float(wrong[0][0])))
         differs = (got[0] - expected[0]).abs() > 1e-6
         if bool(differs[0]):
+            reference_first = float(expected[0][0])
+            for hint, first in first_losses:
+                if abs(first - reference_first) > 1e-6 and abs(first - float(got[0][0])) <= 1e-6:
+                    return CheckResult(
+                        False,
+                        f"✗ {name}: {hint} (the later steps differ from that slip's as well: "
+                        "something else is off too)",
+                    )
             return CheckResult(
                 False,
-                f"✗ {name}: the loss of step 0 is already {got[0][0]:.4f}, train() has "
-                f"{expected[0][0]:.4f}; before any update the two runs must agree, so look at the "
-                "batch (sample_batch with one generator seeded `seed`) and the forward pass "
-                "(train mode, model(idx, labels))",
+                f"✗ {name}: the loss of step 0 is already {got[0][0]:.4f} where the reference "
+                f"has {reference_first:.4f}: before any update the two runs differ, so the first "
+                "batch or the forward pass is not the reference's",
             )
         if bool(differs.any()):
             k = int(differs.nonzero()[0])
             return CheckResult(
                 False,
                 f"✗ {name}: the losses agree up to step {k - 1} and part at step {k} "
-                f"({got[0][k]:.4f}, train() has {expected[0][k]:.4f}): the batches and the "
-                "forward pass are right, the update is not; look at the learning rate and the "
-                "order zero_grad, backward, clip, step",
+                f"({got[0][k]:.4f}, the reference has {expected[0][k]:.4f}): the batches and the "
+                "forward pass agree, an update does not",
             )
         diff = float((got[1] - expected[1]).abs().max())
         return CheckResult(
             False,
             f"✗ {name}: the losses match but the final weights differ (by up to {diff:.3g}): "
-            "the last update is not train()'s; look at the last step's learning rate, the clip "
-            "and optimizer.step()",
+            "the last update is not the reference's",
         )
     return CheckResult(
         True,
-        f"✓ {name}: the same {steps} losses and the same final weights as gptlib.train.train, "
-        f"from {len(LOOP_SEEDS)} seeds",
+        f"✓ {name}: the same {steps} losses and the same final weights as the reference loop "
+        f"(and gptlib.train.train), from {len(LOOP_SEEDS)} seeds",
     )
 
 
@@ -513,12 +557,15 @@ def check_validation_loss(validation_loss: Callable) -> CheckResult:
     if got[4] != expected[4]:
         return CheckResult(False, f"✗ {name}: {ESTIMATE_MISTAKES[3][0]}")
     if got[1] != expected[1] or got[3] != expected[3]:
-        return CheckResult(
-            False, f"✗ {name}: leave the model in the mode it came in: model.train(was_training)"
+        came = [("train", got[1]), ("eval", got[3])]
+        left = ", ".join(
+            f"one that came in {mode} mode left in {'train' if m else 'eval'} mode"
+            for mode, m in came
         )
+        return CheckResult(False, f"✗ {name}: the model is not given back as it came: {left}")
     return CheckResult(
         False,
-        f"✗ {name}: the loss is {got[2]:.4f}, gptlib.train.estimate_loss gives {expected[2]:.4f} "
-        "on the same model in eval mode; average loss.item() over n_batches batches of "
-        "sample_batch(tokens, batch_size, T, g)",
+        f"✗ {name}: the loss is {got[2]:.4f} where gptlib.train.estimate_loss gives "
+        f"{expected[2]:.4f} on the same model in eval mode: the windows measured, or the mean "
+        "taken over them, are not the reference's",
     )

@@ -120,6 +120,15 @@ SHAPE_FLAGS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "attentio
 DEFAULT_OUT = "runs/model.pt"
 
 
+def _by_preset(field: str) -> str:
+    """What each preset sets `field` to, read from the presets themselves: "microgpt 1,
+    textbook 4, gpt2 12", or "every preset sdpa" when they agree."""
+    values = {name: getattr(make(), field) for name, make in PRESETS.items()}
+    if len(set(values.values())) == 1:
+        return f"every preset {next(iter(values.values()))}"
+    return ", ".join(f"{name} {value}" for name, value in values.items())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gptlib", description=__doc__, allow_abbrev=False
@@ -165,9 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--block-size",
         type=_block_size,
         default=None,
-        help="override the preset's block_size (default: the preset's; for the textbook preset on "
-        "a corpus of documents, the longest document plus BOS rounded up to a multiple of 8: 16 "
-        "for names)",
+        help="override the preset's block_size (default: the preset's; "
+        f"{_by_preset('block_size')}; but for the textbook preset on a corpus of documents, the "
+        "longest document plus BOS rounded up to a multiple of 8: 16 for names)",
     )
     for flag, what in (
         ("--n-layer", "blocks"),
@@ -175,17 +184,23 @@ def build_parser() -> argparse.ArgumentParser:
         ("--n-embd", "width d of the model"),
     ):
         t.add_argument(
-            flag, type=_positive_int, default=None, help=f"{what} (default: the preset's)"
+            flag,
+            type=_positive_int,
+            default=None,
+            help=f"{what} (default: the preset's; {_by_preset(flag[2:].replace('-', '_'))})",
         )
     t.add_argument(
-        "--dropout", type=_non_negative_float, default=None, help="(default: the preset's)"
+        "--dropout",
+        type=_non_negative_float,
+        default=None,
+        help=f"(default: the preset's; {_by_preset('dropout')})",
     )
     t.add_argument(
         "--attention",
         choices=["manual", "sdpa"],
         default=None,
         help="manual: the attention written out; sdpa: PyTorch's fused kernel (default: the "
-        "preset's, manual)",
+        f"preset's; {_by_preset('attention')})",
     )
     t.add_argument(
         "--lr", type=_positive_float, default=None, help=f"peak learning rate (default: {d['lr']})"

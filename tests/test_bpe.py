@@ -277,3 +277,152 @@ def test_the_merge_check_names_a_loop_that_drops_the_last_id():
 
     result = bpe.check_merge(bpe._last_dropped)
     assert not result.passed and "last id" in result.message
+
+
+# --- the optional exercise: learn_merges, the trainer on one list of byte ids ------------------
+
+BYTE_ID = {b: i for i, b in enumerate(bytes_to_unicode())}
+
+
+def _as_strings(merges):
+    """[((a, b), new_id), ...] -> the merges as pairs of symbol strings, as train_bpe keeps them."""
+    symbol = list(bytes_to_unicode().values())
+    out = []
+    for (a, b), new_id in merges:
+        assert new_id == len(symbol)
+        symbol.append(symbol[a] + symbol[b])
+        out.append((symbol[a], symbol[b]))
+    return out
+
+
+def _random_texts():
+    rng = random.Random(0)
+    return ["".join(rng.choice("ab c") for _ in range(rng.randint(2, 40))) for _ in range(100)] + [
+        "aaaa",
+        "a",
+        "banana bandana",
+        "语言模型把一段文字切成词元",
+    ]
+
+
+@pytest.mark.parametrize("text", _random_texts())
+def test_the_learn_merges_reference_learns_train_bpes_merges(text):
+    """On one piece (a pattern that matches the whole text) gptlib's trainer and the exercise's
+    reference learn the same merges in order and encode the text to the same ids."""
+    from gptlib.exercises.bpe import solution_learn_merges
+
+    k = 1 + len(text) % 12
+    tok = train_bpe(text, 256 + k, pattern=r"[\s\S]+")
+    ids = [BYTE_ID[b] for b in text.encode("utf-8")]
+    merges = solution_learn_merges(ids, k, solution_merge)
+    assert _as_strings(merges) == tok.merges
+    encoded = ids
+    for pair, new_id in merges:
+        encoded = solution_merge(encoded, pair, new_id)
+    assert encoded == tok.encode(text)
+
+
+def test_the_learn_merges_reference_on_the_names():
+    from gptlib.exercises.bpe import solution_learn_merges
+
+    text = " ".join(load_names()[:800])
+    tok = train_bpe(text, 256 + 25, pattern=r"[\s\S]+")
+    ids = [BYTE_ID[b] for b in text.encode("utf-8")]
+    assert _as_strings(solution_learn_merges(ids, 25, solution_merge)) == tok.merges
+
+
+def test_learn_merges_check_passes_the_reference_lists_and_the_library_merge():
+    from gptlib.exercises import check_learn_merges, solution_learn_merges
+
+    assert check_learn_merges(solution_learn_merges).passed
+
+    def as_lists(ids, num_merges, merge):  # [[a, b], new_id] entries unpack the same
+        return [[list(p), n] for p, n in solution_learn_merges(ids, num_merges, merge)]
+
+    assert check_learn_merges(as_lists).passed
+
+    def with_merge_pair(ids, num_merges, merge):  # a merge that returns a tuple
+        return solution_learn_merges(ids, num_merges, merge_pair)
+
+    assert check_learn_merges(with_merge_pair).passed
+
+
+def test_learn_merges_stub_and_refusal():
+    from gptlib.exercises import check_learn_merges
+
+    def learn_merges(ids, num_merges, merge):
+        raise NotImplementedError
+
+    assert check_learn_merges(learn_merges).message == (
+        "learn_merges is not written yet: replace its body and run this cell again"
+    )
+
+    def through_the_library(ids, num_merges, merge):
+        text = bytes(ids).decode("latin-1")
+        tok = train_bpe(text, 256 + num_merges)
+        return [((tok.vocab[a], tok.vocab[b]), tok.vocab[a + b]) for a, b in tok.merges]
+
+    result = check_learn_merges(through_the_library)
+    assert not result.passed and "gptlib.bpe.train_bpe" in result.message
+
+
+def test_learn_merges_check_names_every_promised_slip():
+    """Ties broken another way, runs counted without overlap, new ids not from 256, counts not
+    taken again after a merge, stopping when no pair repeats: each named by its symptom."""
+    from gptlib.exercises import bpe
+
+    for message, slip in bpe.LEARN_MISTAKES:
+        result = bpe.check_learn_merges(slip)
+        assert not result.passed and result.message == f"✗ learn_merges: {message}"
+    words = {
+        0: "occurs first in the list",
+        1: "largest ids",
+        2: "a a a",
+        3: "257",
+        4: "max(ids) + 1",
+        5: "before any merge",
+        6: "occurred only once",
+    }
+    for i, word in words.items():
+        assert word in bpe.LEARN_MISTAKES[i][0]
+
+
+def test_learn_merges_check_names_a_loop_that_does_not_stop():
+    from collections import Counter
+
+    from gptlib.exercises import check_learn_merges
+
+    def never_stops(ids, num_merges, merge):
+        merges = []
+        for k in range(num_merges):
+            counts = Counter(zip(ids, ids[1:], strict=False))
+            best = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+            ids = merge(ids, best, 256 + k)
+            merges.append((best, 256 + k))
+        return merges
+
+    result = check_learn_merges(never_stops)
+    assert not result.passed and "merged down to a single id" in result.message
+
+    def most_common(ids, num_merges, merge):  # Counter's order: the first pair seen wins a tie
+        merges = []
+        for k in range(num_merges):
+            counts = Counter(zip(ids, ids[1:], strict=False))
+            if not counts:
+                break
+            best = counts.most_common(1)[0][0]
+            ids = merge(ids, best, 256 + k)
+            merges.append((best, 256 + k))
+        return merges
+
+    result = check_learn_merges(most_common)
+    assert not result.passed and "occurs first in the list" in result.message
+
+
+def test_learn_merges_check_says_what_it_got_when_the_result_is_not_merges():
+    from gptlib.exercises import check_learn_merges
+
+    result = check_learn_merges(lambda ids, num_merges, merge: {})
+    assert not result.passed and "list of merges" in result.message
+    result = check_learn_merges(lambda ids, num_merges, merge: [(1, 2, 256)])
+    assert not result.passed and "not ((a, b), new_id)" in result.message

@@ -3,8 +3,11 @@ solution (what `show_solution` prints), the notebook executed top to bottom. Eve
 and keeps the reader's function, and every cell after the checks then uses the reader's
 functions, not the course's reference standing in: the reader's model trains to gptlib's loss
 curve, samples gptlib's names, decodes the same tokens with its own cache, and climbs the same
-ladder. A second reader's forward and norm are right in value but detached from autograd: their
-checks say so, and the notebook trains the course's pieces instead."""
+ladder. The pieces brought from earlier notebooks (embed from 01, rmsnorm from 06, mlp_forward
+from 07) are in the reader's package before the notebook starts, as a reader who solved those
+notebooks has them. A second reader's forward and kept norm are right in value but detached from
+autograd: the forward's check says so, the norm fails its check again and the course's stands
+in, and the notebook trains the course's pieces instead."""
 
 import json
 import os
@@ -21,10 +24,12 @@ import gptlib.exercises as ex
 from gptlib.exercises.progress import EXERCISES
 
 NOTEBOOK = next((Path(__file__).parent.parent / "notebooks").glob("14_*.ipynb"))
-DETACHED = {
-    "rmsnorm": """def rmsnorm(x, gain, eps=1e-5):
+# The pieces of notebooks 01, 06 and 07 the capstone takes from the reader's package.
+BROUGHT = {"embed": ex.check_embed, "rmsnorm": ex.check_rmsnorm, "mlp": ex.check_mlp}
+DETACHED_NORM = """def rmsnorm(x, gain, eps=1e-5):
     return x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt().detach() * gain
-""",
+"""
+DETACHED = {
     "forward": """def forward(w, idx, n_head, pieces):
     x = pieces.embed(idx, w["tok_emb"], w["pos_emb"])
     for bw in w["blocks"]:
@@ -63,10 +68,16 @@ def _ladder_column(text: str) -> list[str]:
     return [next(x for x in row if re.fullmatch(r"\d\.\d", x)) for row in rows]
 
 
-def _run(changed: dict[str, str], until: str | None = None):
+def _keep(folder: Path, name: str, source: str) -> None:
+    """A piece in the reader's package, as its check keeps it."""
+    header = "from __future__ import annotations\n\nimport torch\n\n\n"
+    (folder / f"{name}.py").write_text(header + source)
+
+
+def _run(changed: dict[str, str], until: str | None = None, brought: dict | None = None):
     """The notebook with every stub solved (`changed` replacing some solutions), executed with a
-    package of the reader's own, empty at the start; with `until`, only up to the first cell
-    holding that text."""
+    package of the reader's own holding the earlier notebooks' pieces (`brought` replacing some);
+    with `until`, only up to the first cell holding that text."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for e in EXERCISES:
         if e.notebook == "14":
@@ -77,7 +88,10 @@ def _run(changed: dict[str, str], until: str | None = None):
         last = next(i for i, c in enumerate(nb.cells) if until in c.source)
         nb.cells = nb.cells[: last + 1]
     before = os.environ.get("GPTLIB_YOURS")
-    os.environ["GPTLIB_YOURS"] = tempfile.mkdtemp(prefix="yourgpt-solved-")
+    folder = Path(tempfile.mkdtemp(prefix="yourgpt-solved-"))
+    for name, check in BROUGHT.items():
+        _keep(folder, name, (brought or {}).get(name) or solution_source(check, name))
+    os.environ["GPTLIB_YOURS"] = str(folder)
     try:
         NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {}}).execute()
     finally:
@@ -92,7 +106,7 @@ def solved():
 
 @pytest.fixture(scope="module")
 def detached():
-    return _run(DETACHED, until="together = check_gpt_train(")
+    return _run(DETACHED, until="together = check_gpt_train(", brought={"rmsnorm": DETACHED_NORM})
 
 
 def _output_of(nb, fragment: str) -> str:
@@ -110,7 +124,10 @@ def test_every_check_passes_and_keeps_the_readers_function(solved):
 
 def test_the_readers_pieces_are_in_use(solved):
     out = _output_of(solved, "forward_in_use = yours.use(")
-    assert out.count(": yours, from yourgpt/") == 6, out
+    assert out.count(": yours, from yourgpt/") == 6, out  # three brought, three written here
+    for name in BROUGHT:
+        assert f"{name}: yours, from yourgpt/{name}.py" in out, out
+    assert "embed: yours" in _output_of(solved, "embed_in_use = yours.use(")
     assert "stands in" not in out and "\n✓ forward: every tensor equals" in out
 
 
@@ -139,12 +156,10 @@ def test_the_ladder_of_the_readers_pieces_is_the_stored_one(solved):
 
 
 def test_a_detached_norm_and_forward_are_caught_and_not_trained(detached):
-    out = _output_of(detached, "\ncheck_gpt_rmsnorm(")
-    assert out.startswith("✗ rmsnorm: ") and "gradient of x" in out, out
     out = _output_of(detached, "\ncheck_gpt_forward(")
     assert out.startswith("✗ forward: the gradient of w['tok_emb'] is missing"), out
     out = _output_of(detached, "forward_in_use = yours.use(")
-    assert "gpt_rmsnorm: the course's reference stands in" in out
+    assert "rmsnorm: the course's reference stands in" in out and "gradient of x" in out, out
     assert "gpt_forward: the course's reference stands in" in out
     out = _output_of(detached, "together = check_gpt_train(")
     assert "✓ train_gpt" in out and "the two curves within 1e-5 at every one of the 300 steps: True" in out  # fmt: skip

@@ -16,7 +16,6 @@ from gptlib.data import encode_documents
 from gptlib.exercises.checking import _target, refusal_message, shortcut
 from gptlib.exercises.refusals import REFUSALS
 from gptlib.generate import filter_logits, generate, next_token_probs
-from gptlib.mlp import MLP
 from gptlib.model import GPT
 from gptlib.train import train
 
@@ -28,13 +27,14 @@ CHECKS = {
     "log_softmax": ex.check_log_softmax,
     "lm_loss": ex.check_lm_loss,
     "train_loop": ex.check_train_loop,
+    "adamw_step": ex.check_adamw_step,
+    "clip_grad_norm": ex.check_clip_grad_norm,
     "validation_loss": ex.check_validation_loss,
     "filter_logits": ex.check_filter_logits,
     "sample_step": ex.check_sample_step,
     "decode_step": ex.check_decode_step,
-    "rmsnorm": ex.check_gpt_rmsnorm,
+    "rmsnorm": ex.check_rmsnorm,
     "attention": ex.check_gpt_attention,
-    "mlp": ex.check_gpt_mlp,
     "block": ex.check_gpt_block,
     "forward": ex.check_gpt_forward,
     "gpt_loss": ex.check_gpt_loss,
@@ -43,6 +43,7 @@ CHECKS = {
     "cached_attention": ex.check_gpt_cached_attention,
     "forward_cached": ex.check_gpt_forward_cached,
     "merge": ex.check_merge,
+    "learn_merges": ex.check_learn_merges,
     "to_gptlib": ex.check_to_gptlib,
 }
 ENTRIES = [(name, r) for name, refusals in REFUSALS.items() for r in refusals]
@@ -134,10 +135,6 @@ def _rmsnorm(x, gain, eps=1e-5):
     return F.rms_norm(x, (x.size(-1),), gain, eps)
 
 
-def _mlp(x, w_fc, w_proj):
-    return MLP(microgpt(5, n_embd=x.size(-1)))(x)
-
-
 def _gpt_loss(forward_fn, w, idx, labels, n_head):
     return GPT.loss(forward_fn(w, idx, n_head), labels)
 
@@ -178,11 +175,9 @@ READER_SHORTCUTS = [
     ("merge", _merge, "gptlib.bpe.merge_pair"),
     ("rmsnorm", _rmsnorm, "F.rms_norm"),
     ("attention", lambda x, w_qkv, w_proj, n_head: _sdpa(x, x, x), "F.scaled_dot_product"),
-    ("mlp", _mlp, "gptlib.mlp.MLP"),
     ("gpt_loss", _gpt_loss, "GPT.loss"),
     ("train_gpt", _train_gpt, "gptlib.train.train"),
     ("sample_names", _sample_names, "gptlib.generate.generate"),
-    ("mlp", lambda x, w_fc, w_proj: MLP(microgpt(5, n_embd=x.size(-1)))(x), "gptlib.mlp.MLP"),
     ("cached_attention", lambda x, w_qkv, w_proj, n_head, past: _sdpa(x, x, x), "F.scaled_dot"),
 ]
 

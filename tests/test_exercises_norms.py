@@ -1,4 +1,4 @@
-"""Notebook 06's checks: residual sublayers in both placements and RMSNorm's backward pass. Each
+"""Notebook 06's checks: RMSNorm, residual sublayers in both placements and RMSNorm's backward pass. Each
 stub gets the not-written line, each reference solution passes, each listed mistake gets its own
 hint."""
 
@@ -15,11 +15,13 @@ from gptlib.exercises.checking import _close, not_written
 from gptlib.model import Block
 
 CHECKS = [
+    ("rmsnorm", norms.check_rmsnorm, norms.solution_rmsnorm),
     ("pre_norm_block", norms.check_pre_norm_block, norms.solution_pre_norm_block),
     ("post_norm_block", norms.check_post_norm_block, norms.solution_post_norm_block),
     ("rmsnorm_backward", norms.check_rmsnorm_backward, norms.solution_rmsnorm_backward),
 ]
 MISTAKES = {
+    "rmsnorm": norms.RMSNORM_MISTAKES,
     "pre_norm_block": norms.PRE_MISTAKES,
     "post_norm_block": norms.POST_MISTAKES,
     "rmsnorm_backward": norms.BACKWARD_MISTAKES,
@@ -46,6 +48,102 @@ def test_solution_passes(name, check, solution):
     result = check(solution)
     assert result.passed
     assert result.message == f"✓ {name}: matches the reference on 3 random inputs"
+
+
+@pytest.mark.parametrize("hint, wrong", norms.RMSNORM_MISTAKES, ids=_ids)
+def test_each_rmsnorm_mistake_gets_its_hint(hint, wrong):
+    result = norms.check_rmsnorm(wrong)
+    assert not result.passed
+    assert result.message == f"✗ rmsnorm: {hint}"
+
+
+def test_rmsnorm_promised_slips_are_named():
+    """The notebook promises four slips by name: eps outside the root, the mean subtracted, the
+    wrong axis, the gain left out."""
+
+    def eps_outside(x, gain, eps=1e-5):
+        return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * gain
+
+    def layernorm_instead(x, gain, eps=1e-5):
+        c = x - x.mean(-1, keepdim=True)
+        return c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + eps) * gain
+
+    def wrong_axis(x, gain, eps=1e-5):
+        return x / torch.sqrt(x.pow(2).mean(-2, keepdim=True) + eps) * gain
+
+    def no_gain(x, gain, eps=1e-5):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+    for fn, said in (
+        (eps_outside, "adding eps after the square root"),
+        (layernorm_instead, "as LayerNorm does"),
+        (wrong_axis, "over the tokens (dim=-2)"),
+        (no_gain, "the gain is not used"),
+    ):
+        message = norms.check_rmsnorm(fn).message
+        assert message.startswith("✗ rmsnorm: ") and said in message, (fn.__name__, message)
+
+
+def test_rmsnorm_written_differently_passes():
+    def with_rsqrt(x, gain, eps=1e-5):
+        return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * gain
+
+    def with_norm(x, gain, eps=1e-5):
+        d = x.shape[-1]
+        return gain * x / (x.norm(dim=-1, keepdim=True).pow(2) / d + eps).sqrt()
+
+    for fn in (with_rsqrt, with_norm):
+        assert norms.check_rmsnorm(fn).passed
+
+
+def test_rmsnorm_detached_statistic_is_named():
+    def detached(x, gain, eps=1e-5):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps).detach() * gain
+
+    message = norms.check_rmsnorm(detached).message
+    assert "the gradient of x is not" in message
+
+
+def test_rmsnorm_library_call_is_told_to_write_it(tmp_path):
+    """Read from the source: the body must live in a file, as a notebook cell's does."""
+    import importlib.util
+
+    path = tmp_path / "rms_shortcut.py"
+    path.write_text(
+        "import torch\n\n\ndef rmsnorm(x, gain, eps=1e-5):\n"
+        "    return torch.nn.functional.rms_norm(x, (x.size(-1),), gain, eps)\n"
+    )
+    spec = importlib.util.spec_from_file_location("rms_shortcut", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    message = norms.check_rmsnorm(module.rmsnorm).message
+    assert message.startswith("✗ rmsnorm: write this one yourself: it calls F.rms_norm"), message
+
+
+def test_rmsnorm_mistakes_differ_from_the_solution_and_each_other():
+    inputs = [norms._rmsnorm_inputs(torch.Generator().manual_seed(s)) for s in (1000, 1001, 1002)]
+    assert sorted(x.dim() for x, *_ in inputs) == [2, 3, 4]
+    first = inputs[0]
+    assert first[0].dim() == 4  # the first trial tells the axes apart
+    fns = [norms.solution_rmsnorm] + [w for _, w in norms.RMSNORM_MISTAKES]
+    outputs = [f(*first) for f in fns]
+    for i in range(len(outputs)):
+        for j in range(i):
+            assert not _close(outputs[i], outputs[j], 1e-5, 1e-4), (fns[i], fns[j])
+
+
+def test_rmsnorm_solution_equals_nn_rmsnorm():
+    x, gain, eps = norms._rmsnorm_inputs(torch.Generator().manual_seed(3))
+    m = torch.nn.RMSNorm(x.shape[-1], eps=eps)
+    with torch.no_grad():
+        m.weight.copy_(gain)
+        torch.testing.assert_close(norms.solution_rmsnorm(x, gain, eps), m(x))
+
+
+@pytest.mark.parametrize("hint", [h for h, _ in norms.RMSNORM_MISTAKES])
+def test_rmsnorm_messages_do_not_say_what_to_write(hint):
+    for fix in ("belongs", "should", "instead", "put eps", "move"):
+        assert fix not in hint
 
 
 @pytest.mark.parametrize("hint, wrong", norms.PRE_MISTAKES, ids=_ids)
@@ -192,6 +290,7 @@ def test_a_block_written_for_two_pairs_is_named():
 def test_checks_leave_the_global_rng_alone():
     torch.manual_seed(123)
     before = torch.random.get_rng_state()
+    norms.check_rmsnorm(norms.solution_rmsnorm)
     norms.check_pre_norm_block(norms.solution_pre_norm_block)
     norms.check_post_norm_block(norms.solution_post_norm_block)
     norms.check_rmsnorm_backward(norms.solution_rmsnorm_backward)
@@ -239,6 +338,7 @@ def test_show_solution_prints_the_reference(name, check, solution):
 
 
 def test_reexported_from_package():
+    assert exercises.check_rmsnorm is norms.check_rmsnorm
     assert exercises.check_pre_norm_block is norms.check_pre_norm_block
     assert exercises.check_post_norm_block is norms.check_post_norm_block
     assert exercises.check_rmsnorm_backward is norms.check_rmsnorm_backward

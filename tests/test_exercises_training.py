@@ -309,3 +309,216 @@ def test_reexported_from_package():
     assert exercises.check_validation_loss is training.check_validation_loss
     assert exercises.solution_train_loop is training.solution_train_loop
     assert "solution_validation_loss" in exercises.__all__
+
+
+# ---------------------------------------------------------------------------------------------
+# adamw_step (optional)
+
+
+def test_adamw_stub_is_not_written_yet():
+    def adamw_step(param, grad, exp_avg, exp_avg_sq, steps_done, lr, betas, eps, weight_decay):
+        raise NotImplementedError  # your code here
+
+    assert training.check_adamw_step(adamw_step).message == not_written("adamw_step").message
+
+
+def test_adamw_solution_passes():
+    result = training.check_adamw_step(training.solution_adamw_step)
+    assert result.passed, result.message
+    assert "torch.optim.AdamW" in result.message
+
+
+def test_adamw_reference_is_torchs_adamw():
+    # The check compares with torch itself; the printed solution must agree with it.
+    for seed, case in enumerate(training.ADAMW_CASES):
+        params, grads = training._adamw_inputs(seed)
+        expected = training._torch_adamw(case, params, grads)
+        got = training._run_adamw(training.solution_adamw_step, case, params, grads)
+        assert training._same_path(got, expected)
+
+
+@pytest.mark.parametrize(
+    "hint, wrong", training.ADAMW_MISTAKES, ids=[f"adamw-{i}" for i in range(10)]
+)
+def test_each_adamw_mistake_gets_its_hint(hint, wrong):
+    result = training.check_adamw_step(wrong)
+    assert not result.passed
+    assert result.message == f"✗ adamw_step: {hint}"
+
+
+def test_adamw_hints_are_distinct():
+    hints = [hint for hint, _ in training.ADAMW_MISTAKES]
+    assert len(set(hints)) == len(hints)
+
+
+def test_adamw_slips_the_page_promises_are_named():
+    # The exercise's text names these slips; each has its own message.
+    promised = {
+        "no bias correction": "not corrected for having started at zero",
+        "L2 in the gradient": "the weight decay was added to the gradient",
+        "decay after the update": "the decay shrank the weight after the update",
+        "eps under the root": "eps was added under the square root",
+        "betas swapped": "the betas are swapped",
+        "count from 0": "counted it as update 0",
+    }
+    hints = " | ".join(hint for hint, _ in training.ADAMW_MISTAKES)
+    for phrase in promised.values():
+        assert phrase in hints
+
+
+def _adamw_in_place(param, grad, exp_avg, exp_avg_sq, steps_done, lr, betas, eps, weight_decay):
+    # Another correct update, written as torch writes it: in place, the corrections folded into
+    # the step size, and a list returned.
+    beta1, beta2 = betas
+    t = steps_done + 1
+    param.mul_(1 - lr * weight_decay)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    denom = exp_avg_sq.sqrt() / (1 - beta2**t) ** 0.5 + eps
+    param.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**t))
+    return [param, exp_avg, exp_avg_sq]
+
+
+def test_a_correct_adamw_written_differently_passes():
+    assert training.check_adamw_step(_adamw_in_place).passed
+
+
+def test_adamw_wrong_shape_and_count_are_reported():
+    def two_values(*args):
+        return training.solution_adamw_step(*args)[:2]
+
+    message = training.check_adamw_step(two_values).message
+    assert "returned 2 values, where the check reads three" in message
+
+    def flattened(*args):
+        return tuple(x.flatten() for x in training.solution_adamw_step(*args))
+
+    assert "of shape [12] for a parameter of shape [4, 3]" in (
+        training.check_adamw_step(flattened).message
+    )
+
+
+def test_an_unknown_adamw_slip_names_the_update_and_the_part():
+    def half_lr(param, grad, exp_avg, exp_avg_sq, steps_done, lr, betas, eps, weight_decay):
+        return training.solution_adamw_step(
+            param, grad, exp_avg, exp_avg_sq, steps_done, lr / 2, betas, eps, weight_decay
+        )
+
+    message = training.check_adamw_step(half_lr).message
+    assert "your param part from torch.optim.AdamW's at update 1" in message
+    assert "while the moments agree" in message
+
+
+def test_adamw_refuses_torchs_optimizer():
+    def by_torch(param, grad, exp_avg, exp_avg_sq, steps_done, lr, betas, eps, weight_decay):
+        p = torch.nn.Parameter(param.clone())
+        opt = torch.optim.AdamW([p], lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        p.grad = grad
+        opt.step()
+        return p.detach(), exp_avg, exp_avg_sq
+
+    message = training.check_adamw_step(by_torch).message
+    assert message.startswith("✗ adamw_step: write this one yourself: it calls torch.optim.AdamW")
+
+
+# ---------------------------------------------------------------------------------------------
+# clip_grad_norm (optional)
+
+
+def test_clip_stub_is_not_written_yet():
+    def clip_grad_norm(grads, max_norm):
+        raise NotImplementedError  # your code here
+
+    assert training.check_clip_grad_norm(clip_grad_norm).message == (
+        not_written("clip_grad_norm").message
+    )
+
+
+def test_clip_solution_passes_and_is_torchs():
+    assert training.check_clip_grad_norm(training.solution_clip_grad_norm).passed
+    for case in range(len(training.CLIP_CASES)):
+        grads, max_norm = training._clip_inputs(case)
+        torch.testing.assert_close(
+            training._run_clip(training.solution_clip_grad_norm, grads, max_norm),
+            training._run_clip(training._torch_clip, grads, max_norm),
+        )
+
+
+def test_clip_cases_cover_above_under_and_zero():
+    norms = []
+    for case in range(len(training.CLIP_CASES)):
+        grads, max_norm = training._clip_inputs(case)
+        norms.append(float(training._torch_clip(grads, max_norm)[0]) / max_norm)
+    assert norms[0] > 1 and norms[1] < 1 and norms[2] > 1 and norms[3] == 0
+
+
+@pytest.mark.parametrize("hint, wrong", training.CLIP_MISTAKES, ids=[f"clip-{i}" for i in range(6)])
+def test_each_clip_mistake_gets_its_hint(hint, wrong):
+    result = training.check_clip_grad_norm(wrong)
+    assert not result.passed
+    assert result.message == f"✗ clip_grad_norm: {hint}"
+
+
+def test_clip_slips_the_page_promises_are_named():
+    hints = " | ".join(hint for hint, _ in training.CLIP_MISTAKES)
+    for phrase in (
+        "each tensor was clipped by its own norm",
+        "were scaled too, up to max_norm",
+        "the total norm you returned is the one after clipping",
+        "every gradient zero your clipped gradients are NaN",
+    ):
+        assert phrase in hints
+
+
+def test_clip_without_torchs_epsilon_passes():
+    # torch adds 1e-6 to the norm before dividing; at the check's tolerance it does not show.
+    def no_epsilon(grads, max_norm):
+        total = sum((g * g).sum() for g in grads) ** 0.5
+        if total <= max_norm:
+            return total, list(grads)
+        return total, tuple(g * (max_norm / total) for g in grads)
+
+    assert training.check_clip_grad_norm(no_epsilon).passed
+
+
+def test_clip_a_float_norm_and_a_tuple_are_accepted():
+    def as_float(grads, max_norm):
+        total, clipped = training.solution_clip_grad_norm(grads, max_norm)
+        return float(total), tuple(clipped)
+
+    assert training.check_clip_grad_norm(as_float).passed
+
+
+def test_clip_refuses_torchs_clip():
+    def by_torch(grads, max_norm):
+        ps = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+        for p, g in zip(ps, grads, strict=True):
+            p.grad = g
+        total = torch.nn.utils.clip_grad_norm_(ps, max_norm)
+        return total, [p.grad for p in ps]
+
+    message = training.check_clip_grad_norm(by_torch).message
+    assert "write this one yourself: it calls torch.nn.utils.clip_grad_norm_" in message
+
+    def by_total_norm(grads, max_norm):
+        total = torch.nn.utils.get_total_norm(grads)
+        return total, [g * min(1.0, max_norm / float(total)) for g in grads]
+
+    message = training.check_clip_grad_norm(by_total_norm).message
+    assert "it calls torch.nn.utils.get_total_norm" in message
+
+
+def test_clip_wrong_structure_is_reported_not_raised():
+    def norm_only(grads, max_norm):
+        return training.solution_clip_grad_norm(grads, max_norm)[0]
+
+    message = training.check_clip_grad_norm(norm_only).message
+    assert "where the check reads two: (total_norm, clipped gradients)" in message
+
+
+@pytest.mark.parametrize("check", [training.check_adamw_step, training.check_clip_grad_norm])
+def test_optional_show_solution_prints_only_the_reference(check, capsys):
+    show_solution(check)
+    out = capsys.readouterr().out
+    assert f"def {check.solution.__name__}(" in out
+    assert "def _adamw(" not in out and "def _clip(" not in out

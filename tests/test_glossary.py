@@ -138,18 +138,24 @@ def test_every_notebook_is_linked(links):
     assert not missing, f"notebooks the glossary never links: {missing}"
 
 
-def test_glossary_table_is_complete(glossary):
+def _term_rows(glossary: str) -> list[list[str]]:
     rows = []
     for header, body in _tables(glossary):
         if header[:2] == ["English", "中文"]:
-            assert len(header) == 4, f"glossary table header should have 4 columns: {header}"
+            assert len(header) == 5, f"glossary table header should have 5 columns: {header}"
             rows.extend(body)
+    return rows
+
+
+def test_glossary_table_is_complete(glossary):
+    rows = _term_rows(glossary)
     assert len(rows) >= 50, f"only {len(rows)} glossary rows"
     for row in rows:
-        assert len(row) == 4, f"row does not have 4 cells: {row}"
-        english, chinese, meaning, where = row
+        assert len(row) == 5, f"row does not have 5 cells: {row}"
+        english, chinese, meaning, where, zh_where = row
         assert english and chinese and meaning, f"empty English, 中文 or meaning cell: {row}"
         assert "](notebooks/" in where, f"row does not say where it is taught: {row}"
+        assert "](notebooks/zh/" in zh_where, f"row has no link into the Chinese edition: {row}"
     names = [row[0].lower() for row in rows]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     assert not duplicates, f"terms listed twice: {duplicates}"
@@ -198,3 +204,90 @@ def test_pitfalls_have_one_row_each(glossary):
     chapter_2 = {k.removeprefix("2, "): v for k, v in per_section.items() if k.startswith("2, ")}
     assert chapter_2 == CHAPTER_2_PITFALLS, f"chapter 2 pitfalls per section: {chapter_2}"
     assert per_section.get("3.4") == SECTION_3_4_FAILURES, per_section
+
+
+# --- the Chinese column, and links that land on the section that teaches the term -------------
+
+
+def test_the_chinese_column_links_the_twins_of_the_english_links(glossary):
+    """Each row's 中文版 links are its English links, pointed at the Chinese notebooks' headings
+    (the mapping the Chinese edition's builder uses)."""
+    maps = i18n._anchor_maps("zh")
+    problems = []
+    for row in _term_rows(glossary):
+        english = _link_targets(row[3], "notebooks/")
+        chinese = _link_targets(row[4], "notebooks/zh/")
+        twins = []
+        for target in english:
+            path, _, fragment = target.partition("#")
+            name = Path(path).name
+            fragment = unquote(fragment)
+            twin = maps.get(name, {}).get(fragment, fragment) if fragment else ""
+            twins.append(f"notebooks/zh/{name}" + (f"#{twin}" if twin else ""))
+        if [unquote(t) for t in chinese] != twins:
+            problems.append(f"{row[0]}: 中文版 {chinese}, expected {twins}")
+    assert not problems, "\n".join(problems)
+
+
+def _section(path: Path, fragment: str) -> str | None:
+    """The text under the heading with anchor `fragment`: its cell and the cells after it, up to
+    the next heading of the same or a higher level (code cells included: their comments count)."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    heading = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*$", re.M)
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "markdown":
+            continue
+        found = [
+            m for m in heading.finditer(_source(cell)) if jupyterlab_anchor(m.group(2)) == fragment
+        ]
+        if not found:
+            continue
+        level = len(found[0].group(1))
+        parts = [_source(cell)]
+        for nxt in cells[i + 1 :]:
+            text = _source(nxt)
+            if nxt["cell_type"] == "markdown" and any(
+                len(m.group(1)) <= level for m in heading.finditer(text)
+            ):
+                break
+            parts.append(text)
+        return "\n".join(parts).lower()
+    return None
+
+
+def _english_words(term: str) -> list[str]:
+    """The term's words, and the names in its parentheses, cut to five letters (embedding and
+    embedded, sampling and sample, count alike)."""
+    inner = " ".join(re.findall(r"\((.*?)\)", term))
+    text = (re.sub(r"\(.*?\)", "", term) + " " + inner).replace("`", "").lower()
+    return [w[:5] for w in re.split(r"[\s/,;]+", text) if len(w) > 2]
+
+
+def _chinese_words(cell: str) -> list[str]:
+    text = re.sub(r"\(.*?\)|（.*?）", "", cell).replace("`", "")
+    return [w.strip().lower() for w in re.split(r"[/;；,，]", text) if w.strip()]
+
+
+def test_every_link_lands_on_a_section_that_teaches_its_term(glossary):
+    """The section a row links to names the term: one of its English words in the English
+    notebook, or the 中文 column's word in the Chinese one."""
+    problems = []
+    for row in _term_rows(glossary):
+        term, chinese = row[0], row[1]
+        for english, zh in zip(
+            _link_targets(row[3], "notebooks/"), _link_targets(row[4], "notebooks/zh/"), strict=True
+        ):
+            path, _, fragment = english.partition("#")
+            if not fragment:
+                continue
+            en_text = _section(ROOT / path, unquote(fragment)) or ""
+            zh_path, _, zh_fragment = zh.partition("#")
+            zh_text = _section(ROOT / zh_path, unquote(zh_fragment)) or ""
+            words = _english_words(term) or [term.replace(" ", "").lower()]  # Q = K = V = x
+            if words == [term.replace(" ", "").lower()]:
+                en_text = en_text.replace(" ", "")
+            if not any(w in en_text for w in words) and not any(
+                w in zh_text for w in _chinese_words(chinese)
+            ):
+                problems.append(f"{term!r} -> {english}: the section does not name the term")
+    assert not problems, "\n".join(problems)

@@ -114,6 +114,16 @@ HINTS: dict[str, Hint] = {
         "4. Return the rows [L, d], layer 0 first.",
     ),
     # --- notebook 06 ----------------------------------------------------------------------------
+    "check_rmsnorm": Hint(
+        "LayerNorm by hand, above, took two statistics per token; RMSNorm takes one, and it is "
+        "not the variance: nothing is subtracted first. Each token is handled on its own, over "
+        "its d features only, whatever axes come before them. Where eps goes decides what a "
+        "token of near-zero size comes out as (the table of the pitfall).",
+        "1. One number per token: the average of the squares of its d features (the last axis), "
+        "kept as an axis of size 1 so it broadcasts: [..., 1].\n"
+        "2. eps added to that number, then the square root: [..., 1].\n"
+        "3. x divided by it: [..., d]; then each feature times its own entry of gain [d].",
+    ),
     "check_pre_norm_block": Hint(
         "Every sublayer follows the same rule, so write the rule once and apply it to each "
         "(norm, f) pair in turn, in the order of the list: two pairs for one block, 2L for a "
@@ -166,38 +176,40 @@ HINTS: dict[str, Hint] = {
     ),
     # --- notebook 08 ----------------------------------------------------------------------------
     "check_temperature_probs": Hint(
-        "The temperature τ divides the logits before the softmax: below 1 it spreads them apart "
-        "(sharper), above 1 it squeezes them together (flatter). As τ shrinks towards 0 all the "
-        "mass goes to the largest logit, so τ = 0 is a case of its own (greedy), not a division "
-        "by zero.",
-        "τ = 0: the index of each row's largest logit, [B], made into a one-hot row over the V "
-        "tokens, [B, V], in the logits' float dtype.\n"
-        "Otherwise: logits [B, V] divided by τ, then the softmax over the last axis (the V "
-        "tokens): [B, V], each row summing to 1.",
+        "Treat the batch as B separate requests: each row is divided by its own τ before its "
+        "softmax, and a row with τ = 0 is the limit τ → 0, all its mass on its largest logit. "
+        "One Python `if` cannot decide for B rows at once, and a row divided by 0 holds inf or "
+        "nan, so that row's answer must come from somewhere else.",
+        "1. The temperatures as a tensor ([B], or one number), shaped [B, 1] to line up with "
+        "the rows of [B, V]; a mask of the greedy rows, [B, 1].\n"
+        "2. The temperatures with the zeros replaced by something harmless, so that the "
+        "division is safe; the softmax of logits / τ over the last axis, [B, V].\n"
+        "3. One-hot rows at each row's largest logit, [B, V], in the logits' dtype.\n"
+        "4. Row by row, one or the other, chosen by the mask.",
     ),
     # --- notebook 09 ----------------------------------------------------------------------------
     "check_log_softmax": Hint(
-        "The log-softmax of a logit is the logit minus the log of the sum of the exponentials "
-        "of its row. That log-sum-exp is the trouble: exp overflows for large logits and "
-        "underflows for very negative ones. Shifting a whole row by one constant changes "
-        "nothing; pick the constant that makes the largest exponential exactly 1. Never take the "
-        "log of a probability computed first.",
-        "1. m: each row's maximum, [..., 1] (keep the axis, so that it broadcasts).\n"
-        "2. The logits minus m: [..., V], every entry at most 0, the largest exactly 0.\n"
-        "3. Their exponentials summed over the last axis, then the log: [..., 1], a number "
-        "between 0 and log V.\n"
-        "4. The logits with both m and that log taken away: [..., V].",
+        "Shifting all the logits of one slice by one constant changes no log-probability: "
+        "choose the slice's maximum, so that the largest exponential is exactly 1 and none "
+        "overflows. A slice is the entries along dim: the maximum and the sum are taken along "
+        "dim and keep that axis, so that they still line up with the logits. Never take the log "
+        "of a probability computed first.",
+        "1. m: the maximum along dim, keeping the axis (size 1 at dim).\n"
+        "2. logits - m: every entry at most 0.\n"
+        "3. Its exponentials, summed along dim keeping the axis, then the log.\n"
+        "4. logits - m - that log: the logits' shape.",
     ),
     "check_lm_loss": Hint(
-        "labels is the same window as the input ids, so what position t must predict is the "
-        "label at t + 1: the shift is yours to make, and the last position has nothing to "
-        "predict. A label of -100 leaves the loss entirely: neither its term nor its count "
-        "enters the mean.",
-        "1. logits without the last position: [B, n-1, V]; labels without the first one: "
-        "[B, n-1].\n"
-        "2. Batch and positions folded into rows: [B(n-1), V] and [B(n-1)].\n"
-        "3. The cross-entropy of those rows, with the -100 labels left out (F.cross_entropy has "
-        "an argument for that): a scalar, the mean over the labels that count.",
+        "labels is the input window itself, so position t is scored on labels[:, t + 1]: the "
+        "last position of the logits and the first label drop out. Each remaining position "
+        "needs one number from its row of log-probabilities, the one at its label; -100 is no "
+        "token id, so those positions are looked up harmlessly and then left out of both the "
+        "sum and the count.",
+        "1. Your log_softmax of logits[:, :-1]: [B, n-1, V]; labels[:, 1:]: [B, n-1].\n"
+        "2. A mask of the labels that count: [B, n-1].\n"
+        "3. The labels with -100 replaced by any valid id, given a last axis of 1, gathered "
+        "along the last axis: [B, n-1].\n"
+        "4. Minus their sum under the mask, divided by the number of counted labels: a scalar.",
     ),
     # --- notebook 10 ----------------------------------------------------------------------------
     "check_train_loop": Hint(
@@ -206,18 +218,40 @@ HINTS: dict[str, Hint] = {
         "learning rate, and where does the optimizer read it? Why must old gradients be cleared "
         "every step, and where? Why does clipping sit between computing the gradients and using "
         "them? And in which mode must the model be for dropout to act?",
-        "Before the loop: one generator seeded with seed; the model in train mode; an empty "
-        "list of losses.\n"
-        "Each step:\n"
-        "1. The warmup + cosine learning rate of this step, written into every parameter group.\n"
-        "2. A batch idx, labels, both [batch_size, T] with T = block_size, drawn with that "
-        "generator.\n"
-        "3. The forward pass with the labels: logits [B, T, V] and a scalar loss (the one-token "
-        "shift is inside the model).\n"
-        "4. The old gradients cleared; 5. backward; 6. the global norm of all the gradients "
-        "clipped to clip; 7. the optimizer's step.\n"
-        "8. The loss recorded as a float.\n"
-        "Return the list of the steps losses.",
+        "1. Before the loop: what must be made once (the generator), and what the model's mode "
+        "must be.\n"
+        "2. In each step, what has to be ready before the forward pass: this step's rate on "
+        "every group, a batch [batch_size, T] from that generator.\n"
+        "3. Then the forward with the labels (the shift is inside), and the three things that "
+        "sit between the loss and the update: clearing the old gradients, backward, clipping "
+        "the global norm; then the step, and the loss recorded as a float.\n"
+        "4. Return the list of the steps losses.",
+    ),
+    "check_adamw_step": Hint(
+        "One update of one tensor, elementwise. Two running means start at zero and are pulled "
+        "towards the gradient and its square; because they started at zero, the first ones are "
+        "too small, and dividing by 1 - β^t undoes that, with t the number of this update, "
+        "counted from 1. The decay is AdamW's own: it shrinks the weight the update starts "
+        "from, and never enters the gradient or the moments. Where does ε go: under the root or "
+        "beside it?",
+        "1. Unpack the betas; the number of this update from steps_done.\n"
+        "2. The weight shrunk by the decay, scaled by lr.\n"
+        "3. Both moments updated from grad (the second from its square), all of shape "
+        "param.shape; these are what you return.\n"
+        "4. Their corrected copies, the step lr · m̂ / (√v̂ + ε) taken from the shrunk weight; "
+        "return (param, exp_avg, exp_avg_sq).",
+    ),
+    "check_clip_grad_norm": Hint(
+        "One number for all the tensors together: the norm of the gradient as if every tensor "
+        "were flattened into one long vector. Then one factor for every tensor, and only when "
+        "that norm is above max_norm; under it, nothing changes. What is returned as the norm is "
+        "what the gradients had before any scaling. What happens when every gradient is zero?",
+        "1. Each tensor's sum of squares, a scalar; their sum over the list; its square root: "
+        "total_norm, a 0-d tensor.\n"
+        "2. A factor that is max_norm / total_norm when that is below 1, else 1 (torch adds "
+        "1e-6 to the norm; at the check's tolerance it does not show).\n"
+        "3. Every gradient times that one factor, the shapes unchanged; return (total_norm, the "
+        "list).",
     ),
     # --- notebook 11 ----------------------------------------------------------------------------
     "check_validation_loss": Hint(
@@ -288,22 +322,6 @@ HINTS: dict[str, Hint] = {
         "[B, 1, V].",
     ),
     # --- notebook 14 ----------------------------------------------------------------------------
-    "check_gpt_embed": Hint(
-        "Row idx[b, i] of the token table plus row i of the position table: positions count "
-        "places in the window, 0..n-1, whatever the tokens are. The two are added, not "
-        "concatenated.",
-        "1. idx [B, n] picks rows of tok_emb [V, d]: [B, n, d].\n"
-        "2. The first n rows of pos_emb [T, d]: [n, d].\n"
-        "3. Their sum broadcasts over the batch: [B, n, d].",
-    ),
-    "check_gpt_rmsnorm": Hint(
-        "Each token on its own: the root mean square of its d features, with eps inside the "
-        "root; the token divided by it, then multiplied by the gain, one number per feature. "
-        "No mean is subtracted (that would be LayerNorm).",
-        "1. x [B, n, d] squared, averaged over the last axis, keeping it: [B, n, 1].\n"
-        "2. eps added, then the square root: [B, n, 1].\n"
-        "3. x divided by that: [B, n, d]; times the gain [d]: [B, n, d].",
-    ),
     "check_gpt_attention": Hint(
         "Notebooks 02 to 04 in one function: the fused projection cut into q, k, v; each cut "
         "into heads; scaled scores with the causal mask; softmax over the keys; the heads put "
@@ -319,13 +337,6 @@ HINTS: dict[str, Hint] = {
         "5. The weights times v: [B, h, n, d_h]; axes 1 and 2 swapped back and the last two "
         "merged: [B, n, d].\n"
         "6. That times w_proj transposed: [B, n, d]. Return (output, weights).",
-    ),
-    "check_gpt_mlp": Hint(
-        "Each position on its own: d -> 4d, ReLU, 4d -> d, with no biases. The weights are "
-        "[out, in], so each layer multiplies by a transposed weight.",
-        "1. x [B, n, d] times w_fc transposed: [B, n, 4d].\n"
-        "2. ReLU: [B, n, 4d].\n"
-        "3. That times w_proj transposed: [B, n, d].",
     ),
     "check_gpt_block": Hint(
         "Pre-norm, as in notebook 06: each sublayer reads a normalised copy of x, with its own "
@@ -428,6 +439,21 @@ HINTS: dict[str, Hint] = {
         "equal the pair, write new_id and move forward by two; otherwise write the id and move "
         "forward by one.\n"
         "3. Return the new list: n minus the number of merges ints.",
+    ),
+    "check_learn_merges": Hint(
+        "One round of the loop is: count, choose, merge, record. The counts belong to the list as "
+        "it is now, so they are taken again in every round, after the previous merge changed the "
+        "list. Choosing is a maximum with a tie rule: compare pairs by their count first, and "
+        "where counts are equal let the smaller ids win. The loop can run out of pairs before it "
+        "runs out of merges.",
+        "ids: a list of byte ids; the result: a list of ((a, b), new_id), at most num_merges long.\n"
+        "1. For k = 0, 1, ..., num_merges - 1: count how often each adjacent pair (ids[i], "
+        "ids[i + 1]) occurs, for every i (a dict or a Counter).\n"
+        "2. No pair at all (one id left): stop.\n"
+        "3. The chosen pair: the largest count; among equal counts, the smallest a, then the "
+        "smallest b.\n"
+        "4. ids = merge(ids, pair, 256 + k); append (pair, 256 + k); after the loop, return the "
+        "list.",
     ),
     # --- notebook 16 ----------------------------------------------------------------------------
     "check_to_gptlib": Hint(

@@ -1,5 +1,9 @@
-"""Notebook 06, normalisation and its placement: the rule of one residual sublayer in both
-placements, and RMSNorm's backward pass.
+"""Notebook 06, normalisation and its placement: RMSNorm itself, the rule of one residual
+sublayer in both placements, and RMSNorm's backward pass.
+
+`rmsnorm(x, gain, eps=1e-5)` takes x [..., d] of any leading shape and a gain [d] and returns
+x / sqrt(mean(x^2 over d) + eps) * gain, [..., d]; it is checked (outputs and the gradients of x
+and gain) on three leading shapes, each with one near-zero token, where the place of eps shows.
 
 `pre_norm_block(x, sublayers)` and `post_norm_block(x, sublayers)` take the residual stream
 x [B, n, d] and a list of (norm, f) pairs, the sublayers in the order they run, each callable
@@ -35,11 +39,101 @@ from gptlib.norms import RMSNorm
 __all__ = [
     "check_post_norm_block",
     "check_pre_norm_block",
+    "check_rmsnorm",
     "check_rmsnorm_backward",
     "solution_post_norm_block",
     "solution_pre_norm_block",
+    "solution_rmsnorm",
     "solution_rmsnorm_backward",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# RMSNorm
+
+
+def solution_rmsnorm(x, gain, eps=1e-5):
+    """x [..., d], gain [d] -> [..., d]: each token divided by its root mean square over its d
+    features (eps inside the root), then scaled feature by feature."""
+    ms = x.pow(2).mean(dim=-1, keepdim=True)  # [..., 1]: one number per token
+    return x / torch.sqrt(ms + eps) * gain  # [..., d]
+
+
+def _rms(x, gain, eps, *, dim=-1, eps_out=False, centre=False, root=True, gained=True,
+         mean=True):  # fmt: skip
+    """RMSNorm with one switch flipped: every slip below is one call."""
+    if centre:
+        x = x - x.mean(dim=-1, keepdim=True)
+    sq = x.pow(2)
+    if dim is None:
+        ms = sq.mean() if mean else sq.sum()
+    else:
+        ms = sq.mean(dim, keepdim=True) if mean else sq.sum(dim, keepdim=True)
+    scale = ms.sqrt() + eps if eps_out else (ms + eps).sqrt() if root else ms + eps
+    return x / scale * (gain if gained else 1.0)
+
+
+def _rms_slip(name: str, **switches) -> Callable:
+    def slip(x, gain, eps=1e-5):
+        return _rms(x, gain, eps, **switches)
+
+    slip.__name__ = name
+    return slip
+
+
+# fmt: off
+RMSNORM_MISTAKES = [
+    ("your outputs differ from the reference on the near-zero token only: there yours comes out "
+     "at about full size (RMS near 1), where the reference's stays small. That is what adding eps "
+     "after the square root gives, sqrt(mean(x^2)) + eps",
+     _rms_slip("eps_outside_the_root", eps_out=True)),
+    ("each of your tokens comes out with mean 0 over its features: the features' mean was "
+     "subtracted before the division, as LayerNorm does; RMSNorm keeps a shift that all the "
+     "features of a token share", _rms_slip("mean_subtracted", centre=True)),
+    ("the mean square was taken over the tokens (dim=-2), not over each token's d features: a "
+     "token's output then depends on the other tokens of its sequence",
+     _rms_slip("over_the_tokens", dim=-2)),
+    ("the mean square was taken over the first axis, not over each token's d features: a "
+     "token's output then depends on the other sequences of the batch",
+     _rms_slip("over_the_first_axis", dim=0)),
+    ("one mean square for the whole tensor: every token is divided by the same number, so a "
+     "near-zero token stays near zero and a token's output depends on all the others",
+     _rms_slip("over_the_whole_tensor", dim=None)),
+    ("the gain is not used: your output is each token over its root mean square alone, every "
+     "feature at the same scale whatever gain holds", _rms_slip("no_gain", gained=False)),
+    ("your outputs are sqrt(d) times too small: the squares were summed over the features, not "
+     "averaged", _rms_slip("sum_not_mean", mean=False)),
+    ("x was divided by its mean square, not by its root: your output shrinks as the token grows "
+     "(double a token and its output halves), where a norm's output keeps its size",
+     _rms_slip("no_root", root=False)),
+]
+# fmt: on
+
+# One leading shape per trial (picked by the seed): [B, h, n] first, then [N] and [B, n].
+_RMS_LEADING = ((2, 6), (2, 3, 4), (5,))
+
+
+def _rmsnorm_inputs(g: torch.Generator):
+    d = 12
+    leading = _RMS_LEADING[g.initial_seed() % len(_RMS_LEADING)]
+    x = 3.0 * torch.randn(*leading, d, generator=g) + 0.5  # an offset, so centring shows
+    x.view(-1, d)[1] *= 1e-3  # one near-zero token: where the place of eps matters
+    return x, 0.5 + torch.rand(d, generator=g), 1e-5  # distinct gains, so a missing one shows
+
+
+def _library_rmsnorm(x, gain, eps=1e-5):
+    """The reference: gptlib's RMSNorm module with its gain set to `gain`."""
+    norm = RMSNorm(x.shape[-1], eps)
+    return torch.func.functional_call(norm, {"weight": gain}, (x,))  # the gain handed in
+
+
+@solved_by(solution_rmsnorm)
+def check_rmsnorm(rmsnorm) -> CheckResult:
+    """Run `rmsnorm(x, gain, eps)` on x of shapes [2, 3, 4, 12], [5, 12] and [2, 6, 12] (each
+    with one near-zero token) against gptlib's RMSNorm, outputs and the gradients of x and gain.
+    A function whose source calls F.rms_norm, torch.rms_norm or an RMSNorm module is told to
+    write it itself."""
+    return compare("rmsnorm", rmsnorm, _library_rmsnorm, _rmsnorm_inputs, RMSNORM_MISTAKES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,9 +10,7 @@ The table is keyed by the exercise's name, the name its check reports (`compare(
 Each entry names where the library keeps the function (a module's function or a class's method),
 how the message shows it, and what it does. A call missing from the installed torch is skipped.
 
-Deliberately left out: `F.cross_entropy` for `lm_loss`, which the reference solution and
-notebook 09's first try use (the exercise is the shift, the -100 labels and the mean around it;
-`GPT.loss` does all of that and is refused); `gptlib.generate.filter_logits` for `sample_step`,
+Deliberately left out: `gptlib.generate.filter_logits` for `sample_step`,
 which notebook 12 allows ("your filter_logits, or the library's"); and `merge_heads`, which has no
 library function of its own (`CausalSelfAttention.forward` merges the heads inline).
 """
@@ -65,6 +63,13 @@ REFUSALS: dict[str, tuple[Refusal, ...]] = {
             "gptlib.attention.CausalSelfAttention.split_heads", "CausalSelfAttention.split_heads"
         ),
     ),
+    # 06 normalisation
+    "rmsnorm": (
+        Refusal("torch.nn.functional.rms_norm", "F.rms_norm"),
+        Refusal("torch.rms_norm", "torch.rms_norm"),
+        Refusal("torch.nn.RMSNorm.forward", "nn.RMSNorm"),
+        Refusal("gptlib.norms.RMSNorm.forward", "gptlib.norms.RMSNorm"),
+    ),
     # 07 logits
     "temperature_probs": (_NEXT_TOKEN_PROBS,),
     # 08 loss
@@ -83,6 +88,16 @@ REFUSALS: dict[str, tuple[Refusal, ...]] = {
             "does the whole exercise (the shift, the -100 labels, the mean)",
         ),
         Refusal(
+            "torch.nn.functional.cross_entropy",
+            "F.cross_entropy",
+            "picks the label's log-probability and takes the mean for you",
+        ),
+        Refusal(
+            "torch.nn.functional.nll_loss",
+            "F.nll_loss",
+            "picks the label's log-probability and takes the mean for you",
+        ),
+        Refusal(
             "gptlib.model.GPT.forward",
             "GPT.forward (model(idx, labels))",
             "computes the loss with GPT.loss, the whole exercise",
@@ -90,6 +105,18 @@ REFUSALS: dict[str, tuple[Refusal, ...]] = {
     ),
     # 09 the training loop
     "train_loop": (Refusal("gptlib.train.train", "gptlib.train.train"),),
+    "adamw_step": (
+        Refusal("torch.optim.AdamW", "torch.optim.AdamW"),
+        Refusal("torch.optim.Adam", "torch.optim.Adam"),
+        Refusal("torch.optim.adamw.adamw", "torch.optim.adamw.adamw"),
+        Refusal("gptlib.train.make_optimizer", "gptlib.train.make_optimizer"),
+    ),
+    "clip_grad_norm": (
+        Refusal("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_norm_"),
+        Refusal("torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grad_norm"),
+        Refusal("torch.nn.utils.get_total_norm", "torch.nn.utils.get_total_norm"),
+        Refusal("torch.nn.utils.clip_grads_with_norm_", "torch.nn.utils.clip_grads_with_norm_"),
+    ),
     # 10 when training goes wrong
     "validation_loss": (Refusal("gptlib.train.estimate_loss", "gptlib.train.estimate_loss"),),
     # 11 generation
@@ -112,14 +139,7 @@ REFUSALS: dict[str, tuple[Refusal, ...]] = {
         _GENERATE,
     ),
     # 13 the capstone: plain tensors, no nn.Module and no gptlib inside
-    "rmsnorm": (
-        Refusal("torch.nn.functional.rms_norm", "F.rms_norm"),
-        Refusal("torch.rms_norm", "torch.rms_norm"),
-        Refusal("torch.nn.RMSNorm.forward", "nn.RMSNorm"),
-        Refusal("gptlib.norms.RMSNorm.forward", "gptlib.norms.RMSNorm"),
-    ),
     "attention": (_SDPA, _ATTENTION_MODULE),
-    "mlp": (Refusal("gptlib.mlp.MLP.forward", "gptlib.mlp.MLP"),),
     "block": (_BLOCK,),
     "forward": (_MODEL, _BLOCK),
     "gpt_loss": (
@@ -139,6 +159,11 @@ REFUSALS: dict[str, tuple[Refusal, ...]] = {
     "forward_cached": (_MODEL, _BLOCK, _ATTENTION_MODULE),
     # 14 byte-pair encoding
     "merge": (Refusal("gptlib.bpe.merge_pair", "gptlib.bpe.merge_pair"),),
+    "learn_merges": (
+        Refusal(
+            "gptlib.bpe.train_bpe", "gptlib.bpe.train_bpe", "learns the merges, the whole exercise"
+        ),
+    ),
     # 15 GPT-2: the converter is the exercise; gptlib_name renames and says what to transpose
     "to_gptlib": (
         Refusal("gptlib.gpt2.gptlib_state_dict", "gptlib.gpt2.gptlib_state_dict"),

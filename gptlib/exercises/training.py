@@ -36,6 +36,10 @@ from gptlib.train import estimate_loss, learning_rate, make_optimizer
 __all__ = [
     "check_validation_loss",
     "check_train_loop",
+    "check_adamw_step",
+    "check_clip_grad_norm",
+    "solution_adamw_step",
+    "solution_clip_grad_norm",
     "solution_validation_loss",
     "solution_train_loop",
 ]
@@ -568,4 +572,445 @@ def check_validation_loss(validation_loss: Callable) -> CheckResult:
         f"✗ {name}: the loss is {got[2]:.4f} where gptlib.train.estimate_loss gives "
         f"{expected[2]:.4f} on the same model in eval mode: the windows measured, or the mean "
         "taken over them, are not the reference's",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# AdamW's update by hand (notebook 10, optional)
+
+
+def solution_adamw_step(param, grad, exp_avg, exp_avg_sq, steps_done, lr, betas, eps, weight_decay):
+    beta1, beta2 = betas
+    t = steps_done + 1  # this update's number: the first update is t = 1
+    param = param * (1 - lr * weight_decay)  # decoupled decay: on the weight, not the gradient
+    exp_avg = beta1 * exp_avg + (1 - beta1) * grad  # running mean of the gradient
+    exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * grad * grad  # ... and of its square
+    m_hat = exp_avg / (1 - beta1**t)  # both started at 0: undo the pull towards 0
+    v_hat = exp_avg_sq / (1 - beta2**t)
+    param = param - lr * m_hat / (v_hat.sqrt() + eps)
+    return param, exp_avg, exp_avg_sq
+
+
+def _adamw(
+    param,
+    grad,
+    exp_avg,
+    exp_avg_sq,
+    steps_done,
+    lr,
+    betas,
+    eps,
+    weight_decay,
+    *,
+    correct=True,
+    decay="decoupled",
+    eps_inside=False,
+    swap=False,
+    t_offset=1,
+    square=True,
+    return_corrected=False,
+):
+    """AdamW's update with one thing done wrong, to build the named mistakes from."""
+    beta1, beta2 = betas[::-1] if swap else betas
+    t = steps_done + t_offset
+    if decay == "L2":
+        grad = grad + weight_decay * param
+    elif decay == "decoupled":
+        param = param * (1 - lr * weight_decay)
+    elif decay == "without lr":
+        param = param * (1 - weight_decay)
+    exp_avg = beta1 * exp_avg + (1 - beta1) * grad
+    exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * (grad * grad if square else grad)
+    m_hat = exp_avg / (1 - beta1**t) if correct else exp_avg
+    v_hat = exp_avg_sq / (1 - beta2**t) if correct else exp_avg_sq
+    denom = (v_hat + eps).sqrt() if eps_inside else v_hat.sqrt() + eps
+    param = param - lr * m_hat / denom
+    if decay == "after":
+        param = param * (1 - lr * weight_decay)
+    if return_corrected:
+        return param, m_hat, v_hat
+    return param, exp_avg, exp_avg_sq
+
+
+def _adamw_slip(**how):
+    def wrong(*args):
+        return _adamw(*args, **how)
+
+    return wrong
+
+
+ADAMW_MISTAKES = [
+    (
+        "your first updates are smaller than torch's, most of all the very first, and the gap "
+        "closes as the steps go on: the moments were used as they are, not corrected for having "
+        "started at zero",
+        _adamw_slip(correct=False),
+    ),
+    (
+        "your moments differ from torch's from the first update on, although the gradients were "
+        "the same: the weight decay was added to the gradient (L2, as in Adam), so it went "
+        "through the moments and was divided by their root",
+        _adamw_slip(decay="L2"),
+    ),
+    (
+        "your moments agree with torch's but the parameters are off by a little at every update "
+        "(about lr · weight_decay times the update): the decay shrank the weight after the "
+        "update, not the weight the update starts from",
+        _adamw_slip(decay="after"),
+    ),
+    (
+        "your weights shrink far faster than torch's while the moments agree: each update "
+        "multiplied them by 1 - weight_decay, a decay that lr does not scale",
+        _adamw_slip(decay="without lr"),
+    ),
+    (
+        "the moments agree but where the gradients are small your updates are smaller than "
+        "torch's: eps was added under the square root, √(v̂ + ε), not to the root",
+        _adamw_slip(eps_inside=True),
+    ),
+    (
+        "your moments are not torch's from the first update on: the betas are swapped, β2 "
+        "averaged the gradient and β1 its square",
+        _adamw_slip(swap=True),
+    ),
+    (
+        "your parameters are NaN after the first update: the bias correction counted it as "
+        "update 0, and 1 - β⁰ = 0 divided it",
+        _adamw_slip(t_offset=0),
+    ),
+    (
+        "your first updates differ from torch's and the gap closes as the steps go on, while the "
+        "moments agree: the bias correction counted each update one too far, the first as 2",
+        _adamw_slip(t_offset=2),
+    ),
+    (
+        "your exp_avg_sq is not torch's and can go negative: it averaged the gradient itself, "
+        "not its square",
+        _adamw_slip(square=False),
+    ),
+    (
+        "your first parameters are torch's but the moments you returned are not: they are the "
+        "bias-corrected ones (m̂, v̂), so the next update starts from them and corrects them "
+        "once more",
+        _adamw_slip(return_corrected=True),
+    ),
+]
+
+# lr 0.1 and weight decay 0.5 make the order of decay and update show; eps 1e-2 with gradients
+# as small as 1e-2 makes the place of eps show; 6 updates let the bias correction fade.
+ADAMW_CASES = (
+    {"lr": 0.1, "betas": (0.9, 0.95), "eps": 1e-2, "weight_decay": 0.5, "updates": 6},
+    {"lr": 0.05, "betas": (0.8, 0.99), "eps": 1e-8, "weight_decay": 0.1, "updates": 6},
+)
+ADAMW_SHAPES = ((4, 3), (5,))
+
+
+def _adamw_inputs(seed: int):
+    """Parameters and a gradient for every update, of mixed sizes (some entries near 1e-2)."""
+    g = torch.Generator().manual_seed(seed)
+    params = [torch.randn(s, generator=g) for s in ADAMW_SHAPES]
+    scale = [torch.exp(torch.empty(s).uniform_(-4.6, 0.7, generator=g)) for s in ADAMW_SHAPES]
+    updates = ADAMW_CASES[seed % len(ADAMW_CASES)]["updates"]
+    grads = [
+        [torch.randn(s, generator=g) * c for s, c in zip(ADAMW_SHAPES, scale, strict=True)]
+        for _ in range(updates)
+    ]
+    return params, grads
+
+
+def _torch_adamw(case: dict, params, grads):
+    """torch.optim.AdamW on copies of `params`: after each update, (param, exp_avg,
+    exp_avg_sq) for every tensor."""
+    ps = [torch.nn.Parameter(p.clone()) for p in params]
+    opt = torch.optim.AdamW(
+        ps,
+        lr=case["lr"],
+        betas=case["betas"],
+        eps=case["eps"],
+        weight_decay=case["weight_decay"],
+        foreach=False,
+    )
+    trajectory = []
+    for step_grads in grads:
+        for p, gr in zip(ps, step_grads, strict=True):
+            p.grad = gr.clone()
+        opt.step()
+        trajectory.append(
+            [
+                (
+                    p.detach().clone(),
+                    opt.state[p]["exp_avg"].clone(),
+                    opt.state[p]["exp_avg_sq"].clone(),
+                )
+                for p in ps
+            ]
+        )
+    return trajectory
+
+
+class _Shape(Exception):
+    """What the reader's function returned is not three tensors of the parameter's shape."""
+
+
+def _run_adamw(fn: Callable, case: dict, params, grads):
+    """`fn` called for every tensor and update, each time on its own last output (copies)."""
+    states = [(p.clone(), torch.zeros_like(p), torch.zeros_like(p)) for p in params]
+    trajectory = []
+    for k, step_grads in enumerate(grads):
+        new_states = []
+        for (p, m, v), gr in zip(states, step_grads, strict=True):
+            out = fn(
+                p.clone(),
+                gr.clone(),
+                m.clone(),
+                v.clone(),
+                k,
+                case["lr"],
+                case["betas"],
+                case["eps"],
+                case["weight_decay"],
+            )
+            if not isinstance(out, (tuple, list)) or len(out) != 3:
+                raise _Shape(
+                    "it returned "
+                    + (
+                        f"{len(out)} values"
+                        if isinstance(out, (tuple, list))
+                        else type(out).__name__
+                    )
+                    + ", where the check reads three: (param, exp_avg, exp_avg_sq)"
+                )
+            out = [torch.as_tensor(x, dtype=p.dtype) for x in out]
+            for x in out:
+                if x.shape != p.shape:
+                    raise _Shape(
+                        f"it returned a tensor of shape {list(x.shape)} for a parameter of shape "
+                        f"{list(p.shape)}"
+                    )
+            new_states.append(tuple(x.detach() for x in out))
+        states = new_states
+        trajectory.append(states)
+    return trajectory
+
+
+def _same_path(a, b, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
+    return all(
+        torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol, equal_nan=True)
+        for step_a, step_b in zip(a, b, strict=True)
+        for ta, tb in zip(step_a, step_b, strict=True)
+        for x, y in zip(ta, tb, strict=True)
+    )
+
+
+@solved_by(solution_adamw_step)
+@refuses_shortcuts("adamw_step")
+def check_adamw_step(adamw_step: Callable) -> CheckResult:
+    """Run `adamw_step` for 6 updates of two tensors, each update on its own last output, beside
+    torch.optim.AdamW with the same settings and gradients; compare the parameters and both
+    moments after every update (two settings)."""
+    name = "adamw_step"
+    total = 0
+    for seed, case in enumerate(ADAMW_CASES):
+        params, grads = _adamw_inputs(seed)
+        expected = _torch_adamw(case, params, grads)
+        try:
+            got = _run_adamw(adamw_step, case, params, grads)
+        except NotImplementedError:
+            return not_written(name)
+        except _Shape as e:
+            return CheckResult(False, f"✗ {name}: {e}")
+        except Exception as e:  # the reader's code failed: say how
+            return CheckResult(False, f"✗ {name}: your function raised {type(e).__name__}: {e}")
+        total += case["updates"]
+        if _same_path(got, expected):
+            continue
+        for hint, wrong_fn in ADAMW_MISTAKES:
+            if _same_path(got, _run_adamw(wrong_fn, case, params, grads)):
+                return CheckResult(False, f"✗ {name}: {hint}")
+        for k, (step_got, step_exp) in enumerate(zip(got, expected, strict=True)):
+            parts = ("param", "exp_avg", "exp_avg_sq")
+            off = [
+                part
+                for j, part in enumerate(parts)
+                if not all(
+                    torch.allclose(tg[j].double(), te[j].double(), atol=1e-5, rtol=1e-4)
+                    for tg, te in zip(step_got, step_exp, strict=True)
+                )
+            ]
+            if off:
+                settings = ", ".join(f"{key}={case[key]}" for key in ("lr", "betas", "eps"))
+                return CheckResult(
+                    False,
+                    f"✗ {name}: with {settings}, weight_decay={case['weight_decay']}, your "
+                    f"{' and '.join(off)} part from torch.optim.AdamW's at update {k + 1} "
+                    f"(steps_done={k})" + (" while the moments agree" if off == ["param"] else ""),
+                )
+    return CheckResult(
+        True,
+        f"✓ {name}: the parameters and both moments of torch.optim.AdamW after each of {total} "
+        f"updates, with {len(ADAMW_CASES)} settings",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Clipping the global gradient norm by hand (notebook 10, optional)
+
+
+def solution_clip_grad_norm(grads, max_norm):
+    total_norm = torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()  # all entries at once
+    scale = torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)  # < 1 only above max_norm
+    return total_norm, [g * scale for g in grads]  # one factor for every tensor
+
+
+def _torch_clip(grads, max_norm):
+    """torch.nn.utils.clip_grad_norm_ on parameters whose .grad are copies of `grads`."""
+    ps = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(ps, grads, strict=True):
+        p.grad = g.clone()
+    total = torch.nn.utils.clip_grad_norm_(ps, max_norm)
+    return total, [p.grad for p in ps]
+
+
+def _clip(grads, max_norm, *, norm="global", when="above", returned="before", order="scale"):
+    """Clipping with one thing done wrong, to build the named mistakes from."""
+    norms = torch.stack([g.pow(2).sum().sqrt() for g in grads])
+    total = {
+        "global": norms.pow(2).sum().sqrt(),
+        "sum": norms.sum(),
+        "squared": norms.pow(2).sum(),
+    }.get(norm, norms.pow(2).sum().sqrt())
+    if norm == "each":
+        clipped = [
+            g * min(1.0, max_norm / float(n)) if n > 0 else g
+            for g, n in zip(grads, norms, strict=True)
+        ]
+    elif order == "divide first":
+        clipped = [g / total * min(float(total), max_norm) for g in grads]
+    elif when == "always":
+        clipped = [g * (max_norm / total) for g in grads]
+    else:
+        scale = min(1.0, max_norm / float(total)) if total > 0 else 1.0
+        clipped = [g * scale for g in grads]
+    if returned == "after":
+        total = torch.stack([g.pow(2).sum() for g in clipped]).sum().sqrt()
+    return total, clipped
+
+
+def _clip_slip(**how):
+    def wrong(grads, max_norm):
+        return _clip(grads, max_norm, **how)
+
+    return wrong
+
+
+CLIP_MISTAKES = [
+    (
+        "each tensor was clipped by its own norm: a tensor under max_norm kept its size while "
+        "another was cut, so the direction of the whole gradient changed",
+        _clip_slip(norm="each"),
+    ),
+    (
+        "with every gradient zero your clipped gradients are NaN: each was divided by the total "
+        "norm, 0, before it was scaled",
+        _clip_slip(order="divide first"),
+    ),
+    (
+        "gradients whose total norm was already under max_norm were scaled too, up to max_norm: "
+        "small gradients grew",
+        _clip_slip(when="always"),
+    ),
+    (
+        "the total norm you returned is the one after clipping: it never exceeds max_norm, so a "
+        "log of it could not show how large the gradients were",
+        _clip_slip(returned="after"),
+    ),
+    (
+        "your total norm is the sum of the tensors' own norms, larger than the norm of all their "
+        "entries together",
+        _clip_slip(norm="sum"),
+    ),
+    (
+        "your total norm is the square of torch's: the sum of the squares, with no root",
+        _clip_slip(norm="squared"),
+    ),
+]
+
+# Above the limit; under it; one tensor far larger than the others; every gradient zero.
+CLIP_CASES = (
+    (((4, 3), (5,), (2, 2, 2)), (2.0, 2.0, 2.0), 1.0),
+    (((4, 3), (5,), (2, 2, 2)), (0.05, 0.05, 0.05), 1.0),
+    (((3,), (4, 4), (6,)), (10.0, 0.1, 0.3), 2.0),
+    (((4, 3), (5,)), (0.0, 0.0), 1.0),
+)
+
+
+def _clip_inputs(case: int):
+    shapes, scales, max_norm = CLIP_CASES[case]
+    g = torch.Generator().manual_seed(40 + case)
+    return [torch.randn(s, generator=g) * c for s, c in zip(shapes, scales, strict=True)], max_norm
+
+
+def _run_clip(fn: Callable, grads, max_norm):
+    out = fn([g.clone() for g in grads], max_norm)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise _Shape(
+            "it returned "
+            + (f"{len(out)} values" if isinstance(out, (tuple, list)) else type(out).__name__)
+            + ", where the check reads two: (total_norm, clipped gradients)"
+        )
+    total, clipped = out
+    clipped = list(clipped)
+    if len(clipped) != len(grads):
+        raise _Shape(f"it returned {len(clipped)} clipped gradients for {len(grads)} tensors")
+    clipped = [torch.as_tensor(c).detach() for c in clipped]
+    for c, g in zip(clipped, grads, strict=True):
+        if c.shape != g.shape:
+            raise _Shape(
+                f"it returned a gradient of shape {list(c.shape)} for one of shape {list(g.shape)}"
+            )
+    total = torch.as_tensor(total).detach()
+    if total.numel() != 1:
+        raise _Shape(f"its total norm has {total.numel()} entries, where the check reads one")
+    return torch.cat([total.reshape(1).double(), *(c.flatten().double() for c in clipped)])
+
+
+def _same_clip(a, b) -> bool:
+    return torch.allclose(a, b, atol=1e-6, rtol=1e-5, equal_nan=True)
+
+
+@solved_by(solution_clip_grad_norm)
+@refuses_shortcuts("clip_grad_norm")
+def check_clip_grad_norm(clip_grad_norm: Callable) -> CheckResult:
+    """Run `clip_grad_norm(grads, max_norm)` beside torch.nn.utils.clip_grad_norm_ on four sets
+    of gradients (above the limit, under it, one tensor dominating, all zero) and compare the
+    total norm and the clipped gradients."""
+    name = "clip_grad_norm"
+    for case in range(len(CLIP_CASES)):
+        grads, max_norm = _clip_inputs(case)
+        expected = _run_clip(_torch_clip, grads, max_norm)
+        try:
+            got = _run_clip(clip_grad_norm, grads, max_norm)
+        except NotImplementedError:
+            return not_written(name)
+        except _Shape as e:
+            return CheckResult(False, f"✗ {name}: {e}")
+        except Exception as e:  # the reader's code failed: say how
+            return CheckResult(False, f"✗ {name}: your function raised {type(e).__name__}: {e}")
+        if _same_clip(got, expected):
+            continue
+        for hint, wrong_fn in CLIP_MISTAKES:
+            if _same_clip(got, _run_clip(wrong_fn, grads, max_norm)):
+                return CheckResult(False, f"✗ {name}: {hint}")
+        what = "total norm" if not _same_clip(got[:1], expected[:1]) else "clipped gradients"
+        return CheckResult(
+            False,
+            f"✗ {name}: your {what} differ from torch's on gradients of total norm "
+            f"{float(expected[0]):.4g} with max_norm {max_norm}: your total norm is "
+            f"{float(got[0]):.4g}",
+        )
+    return CheckResult(
+        True,
+        f"✓ {name}: the total norm and the clipped gradients of torch.nn.utils.clip_grad_norm_ "
+        f"on {len(CLIP_CASES)} sets of gradients (above max_norm, under it, one tensor far "
+        "larger, all zero)",
     )

@@ -1,10 +1,12 @@
 """Notebook 14, the capstone: microgpt from plain tensors, trained, sampled and cached.
 
-The reader writes pieces on a dict of tensors (`gpt_weights`, every matrix [out, in]): `embed`,
-`rmsnorm`, `attention`, `mlp`, `cached_attention`; the wiring `block(x, bw, n_head, pieces)`,
-`forward(w, idx, n_head, pieces)` and `forward_cached(w, idx, cache, n_head, pieces)`, which call
-the pieces they are handed (`pieces.rmsnorm(...)`); and `gpt_loss`, `train_gpt`, `sample_names`
-around any `forward_fn(w, idx, n_head)`. Each check compares values on random inputs, then the
+The pieces `embed` (notebook 01), `rmsnorm` (06) and the MLP (07) are the reader's earlier
+exercises, taken with `yours.use`; on a dict of tensors (`gpt_weights`, every matrix [out, in])
+the reader writes what is new: `attention` and `cached_attention`; the wiring
+`block(x, bw, n_head, pieces)`, `forward(w, idx, n_head, pieces)` and
+`forward_cached(w, idx, cache, n_head, pieces)`, which call the pieces they are handed
+(`pieces.rmsnorm(...)`); and `gpt_loss`, `train_gpt`, `sample_names` around any
+`forward_fn(w, idx, n_head)`. Each check compares values on random inputs, then the
 gradients of every input and weight. `check_gpt_forward` hands the reader's forward recording
 pieces and compares what they return with forward hooks on gptlib's `GPT`, naming the first
 tensor that differs; `check_gpt_train` trains the forward it is given.
@@ -33,6 +35,9 @@ from gptlib.exercises.checking import (
     not_written,
     solved_by,
 )
+from gptlib.exercises.embeddings import check_embed
+from gptlib.exercises.mlp import check_mlp
+from gptlib.exercises.norms import RMSNORM_MISTAKES, check_rmsnorm
 from gptlib.generate import generate
 from gptlib.ladder import RUNGS, Rung, build_rung
 from gptlib.model import GPT, IGNORE_INDEX
@@ -42,18 +47,16 @@ __all__ = [
     "check_gpt_attention",
     "check_gpt_block",
     "check_gpt_cached_attention",
-    "check_gpt_embed",
     "check_gpt_forward",
     "check_gpt_forward_cached",
     "check_gpt_loss",
-    "check_gpt_mlp",
-    "check_gpt_rmsnorm",
     "check_gpt_sample",
     "check_gpt_train",
     "climb_yours",
     "estimate_forward_loss",
     "gpt_optimizer",
     "gpt_weights",
+    "mlp_relu",
     "planted_slip",
     "trace_forward",
     "trace_gpt",
@@ -92,6 +95,17 @@ def attention(x, w_qkv, w_proj, n_head):
 def mlp(x, w_fc, w_proj):
     """x [B, n, d], w_fc [4d, d], w_proj [d, 4d] -> [B, n, d], ReLU in between."""
     return torch.relu(x @ w_fc.T) @ w_proj.T
+
+
+def mlp_relu(mlp_forward: Callable) -> Callable:
+    """Notebook 07's mlp_forward(x, w_fc, w_proj, activation) as the capstone's piece
+    mlp(x, w_fc, w_proj), with microgpt's ReLU."""
+
+    def mlp(x, w_fc, w_proj):
+        return mlp_forward(x, w_fc, w_proj, torch.relu)
+
+    mlp.mlp_forward = mlp_forward
+    return mlp
 
 
 def block(x, bw, n_head, pieces):
@@ -435,41 +449,6 @@ EMBED_ERRORS = [("must match the size of tensor",
 # fmt: on
 
 
-def _rms(x, gain, eps=1e-5, *, dim=-1, centre=False, root=True, eps_out=False, gained=True):
-    if centre:
-        x = x - x.mean(dim, keepdim=True)
-    ms = x.pow(2).mean() if dim is None else x.pow(2).mean(dim, keepdim=True)
-    scale = ms.sqrt() + eps if eps_out else (ms + eps).sqrt() if root else ms + eps
-    return x / scale * (gain if gained else 1.0)
-
-
-def _rms_slip(**switches) -> Callable:
-    return lambda x, gain, eps=1e-5: _rms(x, gain, eps, **switches)
-
-
-# fmt: off
-RMSNORM_MISTAKES = [
-    ("eps is added after the square root: your norm divides by rms + eps, so a token whose features"
-     " are all near zero is blown up to about unit size, where the model's eps keeps it smaller",
-     _rms_slip(eps_out=True)),
-    ("the gain is never used: your output is x over its root mean square alone, so every feature "
-     "keeps the same scale whatever the learnt gain holds", _rms_slip(gained=False)),
-    ("the mean square runs over the tokens (dim=-2), not over each token's features: each feature "
-     "is scaled by its size across the window, so a token's output depends on the other tokens, "
-     "later ones included", _rms_slip(dim=-2)),
-    ("one mean square for the whole tensor: every token of every sequence is divided by the same "
-     "number, so a token's output depends on the whole batch and a small token stays small",
-     _rms_slip(dim=None)),
-    ("the features' mean was subtracted before the division (LayerNorm's centring, which RMSNorm "
-     "does not do): each of your tokens comes out with mean zero, so a shift shared by all its "
-     "features is lost", _rms_slip(centre=True)),
-    ("x is divided by the mean square itself, not by its root: your output shrinks as the token "
-     "grows (double a token and its output halves), where a norm's output keeps the same size",
-     _rms_slip(root=False)),
-]
-# fmt: on
-
-
 def _attend(x, w_qkv, w_proj, n_head, *, scale=None, mask="future", fill=float("-inf"), dim=-1,
             split_t=True, order=(0, 1, 2), proj_t=True, merge_t=True, project=True,
             mask_after=False):  # fmt: skip
@@ -670,7 +649,7 @@ FORWARD_MISTAKES = [
 
 MISTAKES = {
     "embed": EMBED_MISTAKES,
-    "rmsnorm": RMSNORM_MISTAKES,
+    "rmsnorm": RMSNORM_MISTAKES,  # notebook 06's, the same signature
     "attention": ATTENTION_MISTAKES,
     "mlp": MLP_MISTAKES,
     "block": BLOCK_MISTAKES,
@@ -710,43 +689,15 @@ def _ids(g):
     return torch.randint(0, _T - 1, (_B, _N), generator=g)  # ids < T: wrong lookups still run
 
 
-def _embed_inputs(g):
-    w = _weights(g)
-    return _ids(g), w["tok_emb"], w["pos_emb"]
-
-
-def _rmsnorm_inputs(g):
-    x = 3.0 * torch.randn(_B, _N, _D, generator=g)
-    x[:, 0] *= 1e-3  # a near-zero token: where the place of eps matters
-    return x, 0.5 + torch.rand(_D, generator=g), 1e-5
-
-
 def _attention_inputs(g):
     bw = _weights(g)["blocks"][0]
     x = torch.randn(_B, _N, _D, generator=g)
     return x, 2.0 * bw["qkv"], bw["attn_proj"], _H  # sharper scores: a missing scale shows
 
 
-def _mlp_inputs(g):
-    bw = _weights(g)["blocks"][0]
-    return torch.randn(_B, _N, _D, generator=g), bw["fc"], bw["mlp_proj"]
-
-
 def _block_inputs(g):
     bw = _weights(g)["blocks"][0]
     return 2.0 * torch.randn(_B, _N, _D, generator=g) + 0.5, bw, _H, reference
-
-
-@solved_by(embed)
-def check_gpt_embed(fn) -> CheckResult:
-    """`embed(idx, tok_emb, pos_emb)` on random [2, 6] ids, V=11, T=7, d=12."""
-    return _check("embed", fn, embed, _embed_inputs, EMBED_MISTAKES, EMBED_ERRORS)
-
-
-@solved_by(rmsnorm)
-def check_gpt_rmsnorm(fn) -> CheckResult:
-    """`rmsnorm(x, gain, eps)` on random [2, 6, 12] inputs with one near-zero token each."""
-    return _check("rmsnorm", fn, rmsnorm, _rmsnorm_inputs, RMSNORM_MISTAKES)
 
 
 @solved_by(attention)
@@ -755,12 +706,6 @@ def check_gpt_attention(fn) -> CheckResult:
     return _check(
         "attention", fn, attention, _attention_inputs, ATTENTION_MISTAKES, ATTENTION_ERRORS
     )
-
-
-@solved_by(mlp)
-def check_gpt_mlp(fn) -> CheckResult:
-    """`mlp(x, w_fc, w_proj)` on random [2, 6, 12] inputs."""
-    return _check("mlp", fn, mlp, _mlp_inputs, MLP_MISTAKES, MATMUL_ERRORS)
 
 
 @solved_by(block)
@@ -986,7 +931,7 @@ def _first_difference(name, fn, w, idx, n_head, pieces, model, atol, rtol):
         if slip:
             likely = f"  likely slip in {slip}"
         elif wrong_piece:
-            likely = f"  no known slip matches; check_gpt_{piece} looks at your {piece} alone"
+            likely = f"  no known slip matches; {_CHECK_OF[piece]} looks at your {piece} alone"
         else:
             around = "block" if i is not None and piece != "block" else "forward"
             likely = (
@@ -1002,6 +947,16 @@ def _first_difference(name, fn, w, idx, n_head, pieces, model, atol, rtol):
         ]
         return CheckResult(False, "\n".join(lines))
     return report + unseen
+
+
+# The check that looks at each piece alone: the earlier notebooks' for the pieces taken from them.
+_CHECK_OF = {
+    "embed": "check_embed (notebook 01)",
+    "rmsnorm": "check_rmsnorm (notebook 06)",
+    "mlp": "check_mlp (notebook 07)",
+    "attention": "check_gpt_attention",
+    "block": "check_gpt_block",
+}
 
 
 @solved_by(forward)
@@ -1034,9 +989,20 @@ def check_gpt_forward(fn: Callable, pieces=None, atol: float = 1e-5, rtol: float
             own = getattr(pieces, piece, None)
             if own is None or own is getattr(reference, piece):
                 continue
-            result = globals()[f"check_gpt_{piece}"](own)
+            if piece == "mlp":  # notebook 07's check reads the reader's mlp_forward
+                own = getattr(own, "mlp_forward", None)
+                if own is None:
+                    continue
+            own_check = {
+                "embed": check_embed,
+                "rmsnorm": check_rmsnorm,
+                "mlp": check_mlp,
+                "attention": check_gpt_attention,
+                "block": check_gpt_block,
+            }[piece]
+            result = own_check(own)
             if not result:
-                text = result.message.replace(f"✗ {piece}: ", "", 1)
+                text = result.message.split(": ", 1)[-1]  # without "✗ its name: "
                 return CheckResult(
                     False,
                     f"✗ {name}: the values equal gptlib's GPT, but your {piece} fails its own "
@@ -1066,7 +1032,10 @@ def estimate_forward_loss(fn, w, tokens, n_head, batch_size=32, n_batches=50, se
 
 SLIPS = {
     "no positions": ("embed", _embed_no_positions),
-    "norm over tokens": ("rmsnorm", _rms_slip(dim=-2)),
+    "norm over tokens": (
+        "rmsnorm",
+        dict((w.__name__, w) for _, w in RMSNORM_MISTAKES)["over_the_tokens"],
+    ),
     "softmax over queries": ("attention", _att_softmax_over_queries),
     "no scale": ("attention", _att_no_scale),
     "no mask": ("attention", _att_no_mask),

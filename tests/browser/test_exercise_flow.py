@@ -109,24 +109,24 @@ def test_exercise_stub_then_slip_then_pass(page, lab, artifacts):
     assert error_outputs(page) == []
 
 
-CAPSTONE = "14_your_gpt.ipynb"
+RMSNORM_NOTEBOOK = "06_normalisation.ipynb"  # RMSNorm is 06's exercise; the capstone brings it
 RMSNORM_STUB = "def rmsnorm(x, gain, eps=1e-5):"
 RMSNORM = """def rmsnorm(x, gain, eps=1e-5):
     return {body}
 
 
-check_gpt_rmsnorm(rmsnorm)"""
+check_rmsnorm(rmsnorm)"""
 RMSNORM_SHORTCUT = "torch.nn.functional.rms_norm(x, (x.size(-1),), gain, eps)"
 RMSNORM_SLIP = "x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * gain"  # eps outside
 RMSNORM_RIGHT = "x / (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt() * gain"
 
 
 def _capstone_messages(folder) -> dict[str, str]:
-    """What check_gpt_rmsnorm says to each body, asked of the library in this process (each
+    """What check_rmsnorm says to each body, asked of the library in this process (each
     body written to a file, so that its source can be read as the notebook's can)."""
     import importlib.util
 
-    from gptlib.exercises import check_gpt_rmsnorm
+    from gptlib.exercises import check_rmsnorm
 
     said = {}
     for name, body in (
@@ -139,7 +139,7 @@ def _capstone_messages(folder) -> dict[str, str]:
         spec = importlib.util.spec_from_file_location(f"rmsnorm_{name}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        said[name] = check_gpt_rmsnorm(module.rmsnorm).message.splitlines()[0]
+        said[name] = check_rmsnorm(module.rmsnorm).message.splitlines()[0]
     return said
 
 
@@ -148,8 +148,8 @@ def test_capstone_piece_refuses_the_library_names_a_slip_then_passes(
 ):
     said = _capstone_messages(tmp_path)
     assert "write this one yourself" in said["shortcut"] and said["right"].startswith("✓")
-    notebook = lab.root / CAPSTONE
-    open_notebook(page, lab.url, CAPSTONE)
+    notebook = lab.root / RMSNORM_NOTEBOOK
+    open_notebook(page, lab.url, RMSNORM_NOTEBOOK)
     cells = page.locator(f"{IN_FRONT} .jp-CodeCell")
     stub = cells.nth(_code_cell_index(notebook, RMSNORM_STUB))
     output = stub.locator(".jp-OutputArea-output")

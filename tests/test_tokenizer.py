@@ -66,3 +66,26 @@ def test_encode_tensor_names_the_unknown_character_and_its_position():
         tok.encode_tensor("abcabz", chunk=4)
     with pytest.raises(ValueError, match=r"'\\u4e00' at position 1 |'一' at position 1 "):
         tok.encode_tensor("a一", chunk=4)  # a code point beyond the table
+
+
+def test_a_text_corpus_is_encoded_without_a_python_list(tmp_path, monkeypatch):
+    """load_corpus encodes running text with encode_tensor (8 bytes a character), never with
+    encode's Python list of ints (about 36 bytes each): the list path is made to fail here."""
+    import torch
+
+    from gptlib.data import load_corpus
+    from gptlib.tokenizer import CharTokenizer
+
+    def refuse(self, text):
+        if len(text) > 100:
+            raise AssertionError("the whole text went through encode's Python list")
+        return CharTokenizer.__dict__["_list_encode"](self, text)
+
+    monkeypatch.setattr(CharTokenizer, "_list_encode", CharTokenizer.encode, raising=False)
+    monkeypatch.setattr(CharTokenizer, "encode", refuse)
+    path = tmp_path / "story.txt"
+    path.write_text("Once upon a time there was a small model.\n\n" * 400, encoding="utf-8")
+    corpus = load_corpus(str(path), reading="text")
+    ids = torch.cat([corpus.train, corpus.val])
+    assert ids.dtype == torch.long and len(ids) == len(path.read_text(encoding="utf-8"))
+    assert corpus.tokenizer.decode(ids[:26].tolist()) == "Once upon a time there was"

@@ -9,9 +9,10 @@ gives the chapter sidebar, the page's contents, previous/next with titles, searc
 a phone layout; sphinx-copybutton the copy buttons. What this file adds: each page's link to its
 twin, a line on running the notebook, the downloadable .ipynb (the real notebook, sliders and
 all), a MathJax 3 served from the site itself, and _site/index.html, which offers both
-languages. A slider cannot move without a running kernel: where a notebook shows one, the page
-shows the picture it drew when the notebook was executed, with a line on how to move it in
-JupyterLab.
+languages. A slider cannot move without a running kernel, so each of the course's sliders is
+drawn here at every value its controls offer, by its own widget (website/frames.py), into
+_site/frames/; the page shows them behind its own range inputs (static/course-sliders.js), with
+a line on running the live widget in JupyterLab. The frames are drawn while Sphinx renders.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import time
 from pathlib import Path
 
 from i18n.build import load, source
+from website import frames
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -63,6 +65,13 @@ EDITIONS = {
             "notebook in JupyterLab: open <code>notebooks/{name}</code> (<code>make lab</code>), "
             "run the notebook's cells, and drag the slider: the picture follows."
         ),
+        "frames": (
+            "The controls above show pictures drawn when this site was built, by the "
+            "notebook's own widget: {about}. For the live widget (any value, your own input), "
+            "run this notebook in JupyterLab: open <code>notebooks/{name}</code> "
+            "(<code>make lab</code>), run the notebook's cells, and drag the slider: the "
+            "picture follows."
+        ),
     },
     "zh": {
         "lang": "zh-CN",
@@ -84,6 +93,11 @@ EDITIONS = {
             "这张图是笔记本执行时由滑块画出的。要拖动滑块，请在 JupyterLab 中运行这个笔记本：打开 "
             "<code>notebooks/zh/{name}</code>（<code>make lab</code>），运行笔记本的各个单元，"
             "然后拖动滑块：图会随之更新。"
+        ),
+        "frames": (
+            "上面的控件显示的是构建本网站时由笔记本自己的滑块画出的图：{about}。要使用实时的滑块（任意取值、"
+            "自己的输入），请在 JupyterLab 中运行这个笔记本：打开 <code>notebooks/zh/{name}</code>"
+            "（<code>make lab</code>），运行笔记本的各个单元，然后拖动滑块：图会随之更新。"
         ),
     },
 }
@@ -134,9 +148,10 @@ def anchors(nb: dict) -> dict[str, str]:
 
 
 def prepare(nb: dict, name: str, lang: str, targets: dict[str, dict[str, str]]) -> dict:
-    """A copy of the notebook ready for the page: each slider replaced by the picture it drew,
-    with a note; a line on running it after the first cell; links to other notebooks' headings
-    given the site's anchors (`targets`: stem -> anchors()); no widget state left."""
+    """A copy of the notebook ready for the page: each slider of frames.DRAW replaced by a mark
+    where finish() puts its frames, any other by the picture it drew, with a note; a line on
+    running it after the first cell; links to other notebooks' headings given the site's
+    anchors (`targets`: stem -> anchors()); no widget state left."""
     nb = copy.deepcopy(nb)
     state = nb.get("metadata", {}).pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     ed = EDITIONS[lang]
@@ -152,10 +167,17 @@ def prepare(nb: dict, name: str, lang: str, targets: dict[str, dict[str, str]]) 
             cell["source"] = re.sub(r"\]\((\d\d_\w+)\.ipynb(?:#([^)\s]+))?\)", link, source(cell))
             continue
         outputs = []
+        drawn = [w for w in frames.DRAW if f"widgets.{w}(" in source(cell)]
         for out in cell.get("outputs", []):
             view = out.get("data", {}).get(WIDGET_VIEW)
             if view is None:
                 outputs.append(out)
+                continue
+            if drawn:  # the frames go here once drawn (finish)
+                mark = f'<div class="course-frames-here" data-widget="{drawn[0]}"></div>'
+                outputs.append(
+                    {"output_type": "display_data", "metadata": {}, "data": {"text/html": mark}}
+                )
                 continue
             outputs += [
                 {
@@ -263,11 +285,31 @@ def _index(chs: list[dict]) -> str:
     )
 
 
+MARK = re.compile(r'<div class="course-frames-here" data-widget="(\w+)"></div>')
+
+
+def finish(page: Path, lang: str, sliders: dict[str, list[frames.Slider]]) -> None:
+    """Put each slider's frames, with its note, where prepare() marked it on a built page."""
+    text = page.read_text(encoding="utf-8")
+
+    def put(m: re.Match) -> str:
+        group = sliders[m.group(1)]
+        about = ("；" if lang == "zh" else "; ").join(s.about[lang] for s in group)
+        note = EDITIONS[lang]["frames"].format(name=f"{page.stem}.ipynb", about=about)
+        shown = "".join(frames.slider_html(s, "../frames") for s in group)
+        return f'{shown}<div class="course-slider-note">{note}</div>'
+
+    new = MARK.sub(put, text)
+    if new != text:
+        page.write_text(new, encoding="utf-8")
+
+
 def build(out: Path = SITE, quiet: bool = True) -> dict:
     start = time.perf_counter()
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    drawing = frames.start()  # every slider's frames, drawn in two processes meanwhile
     chs = chapters()
     mathjax = _mathjax()
     pages = 0
@@ -281,6 +323,8 @@ def build(out: Path = SITE, quiet: bool = True) -> dict:
             command += [str(out / lang)] + (["-q"] if quiet else [])
             env = {**os.environ, "COURSE_EDITION": lang, "PYTHONHASHSEED": "0"}
             runs.append((lang, stems, subprocess.Popen(command, env=env, cwd=ROOT)))
+        sliders = frames.collect(drawing)
+        frame_bytes = frames.write(sliders, out / "frames")
         for lang, stems, run in runs:  # both editions build at once, one per core
             if run.wait():
                 raise RuntimeError(f"sphinx-build failed for the {lang} edition")
@@ -288,6 +332,7 @@ def build(out: Path = SITE, quiet: bool = True) -> dict:
             (folder / "_static" / "mathjax").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(mathjax, folder / "_static" / "mathjax" / MATHJAX)
             for stem in stems:  # the download: the notebook itself, sliders and all
+                finish(folder / f"{stem}.html", lang, sliders)
                 shutil.copyfile(
                     EDITIONS[lang]["folder"] / f"{stem}.ipynb",
                     folder / "_sources" / f"{stem}.ipynb",
@@ -299,7 +344,13 @@ def build(out: Path = SITE, quiet: bool = True) -> dict:
     (out / "index.html").write_text(_index(chs), encoding="utf-8")
     (out / ".nojekyll").write_text("", encoding="utf-8")
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    return {"pages": pages, "seconds": time.perf_counter() - start, "bytes": size}
+    return {
+        "pages": pages,
+        "seconds": time.perf_counter() - start,
+        "bytes": size,
+        "frame_bytes": frame_bytes,
+        "frames": sum(len(s.frames) for g in sliders.values() for s in g),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     done = build(args.out, quiet=not args.verbose)
     print(
         f"{done['pages']} pages in {args.out}, {done['bytes'] / 2**20:.1f} MiB, "
-        f"built in {done['seconds']:.1f} s"
+        f"built in {done['seconds']:.1f} s ({done['frames']} slider frames, "
+        f"{done['frame_bytes'] / 2**20:.1f} MiB)"
     )
     return 0
 

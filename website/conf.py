@@ -43,6 +43,7 @@ html_theme = "sphinx_book_theme"
 html_title = project
 html_static_path = [str(HERE / "static")]
 html_css_files = ["course.css"]
+html_js_files = [("course-sliders.js", {"defer": "defer"})]  # the sliders' frames
 html_templates_path = []
 templates_path = [str(HERE / "templates")]
 html_sourcelink_suffix = ""  # the download is the notebook itself, NN_topic.ipynb

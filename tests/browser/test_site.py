@@ -7,21 +7,36 @@ editions loads with none of those, declares its language (zh-CN for the Chinese 
 every picture loaded, its formulas typeset, a language link to its twin, previous/next with the
 neighbouring chapters' titles, copy buttons on its code, and a download of its notebook that resolves to the notebook
 itself; search finds the attention chapters for "attention" in English and 注意力 in Chinese; on
-a 390 px phone a chapter of each edition does not overflow the page sideways; a slider shows as
-its stored picture with its note. Screenshots go to test-artifacts/browser/site/.
+a 390 px phone a chapter of each edition does not overflow the page sideways. Every slider of the
+course moves on the site, in both editions, by keyboard and mouse: each move shows another
+picture, and the picture shown is byte for byte what website/frames.py draws for that value in
+this process and what the notebook's own widget draws there (its update path driven in-process,
+with matplotlib's Agg backend); where the page starts is the picture stored in the notebook.
+Screenshots go to test-artifacts/browser/site/.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import http.server
+import json
 import threading
 from urllib.parse import urlparse
 
 import pytest
 from conftest import ARTIFACTS, ROOT
 
-from website.build import EDITIONS, build, chapters, title
+from website import frames
+from website.build import (
+    EDITIONS,
+    WIDGET_STATE,
+    WIDGET_VIEW,
+    _widget_outputs,
+    build,
+    chapters,
+    title,
+)
 
 STEMS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 LANGS = {"en": "en", "zh": "zh-CN"}
@@ -208,10 +223,13 @@ def test_a_chapter_fits_a_phone(site, phone, lang):
     _shot(phone, f"phone-{lang}-{stem}")
     phone.locator("div.cell_output").nth(2).scroll_into_view_if_needed()
     _shot(phone, f"phone-{lang}-{stem}-code")
+    phone.locator(".course-frames").first.scroll_into_view_if_needed()
+    assert phone.locator(".course-frames input[type=range]").first.is_visible()
+    _shot(phone, f"phone-{lang}-{stem}-slider")
     assert not phone.problems, phone.problems
 
 
-def test_a_slider_is_shown_as_its_stored_picture(site, desktop):
+def test_a_slider_has_its_note(site, desktop):
     stem = next(s for s in STEMS if s.startswith("08_"))
     seen = _open(desktop, f"{site['url']}/zh/{stem}.html")
     notes = desktop.locator(".course-slider-note")
@@ -220,6 +238,142 @@ def test_a_slider_is_shown_as_its_stored_picture(site, desktop):
     assert seen["pictures"] >= 3 and not seen["broken"], seen
     notes.first.scroll_into_view_if_needed()
     _shot(desktop, f"zh-{stem}-slider")
+    assert not desktop.problems, desktop.problems
+
+
+# ---------------------------------------------------------------------------------------------
+# The sliders: what the page shows at a value is what the notebook's widget draws there.
+
+
+@functools.cache
+def _widget(name: str):
+    """The notebook's widget, built as its notebook builds it (03, 04, 08)."""
+    from gptlib import widgets
+    from gptlib.checkpoint import asset_path, load_asset
+
+    if name == "attention_scale_explorer":
+        return widgets.attention_scale_explorer(seed=0)
+    if name == "heads_explorer":
+        return widgets.heads_explorer(
+            {c: asset_path(f"names-microgpt-h{c}.pt") for c in [1, 2, 4, 8, 16]},
+            context="emma",
+            textbook_checkpoint=asset_path("names-textbook.pt"),
+        )
+    big = load_asset("names-textbook.pt")
+    return widgets.temperature_explorer(
+        big.model, big.tokenizer, context=".", num_samples=10, seed=0
+    )
+
+
+def _widget_draws(name: str, slider: str, key: tuple[int, ...]) -> tuple[list[bytes], str]:
+    """What the widget itself shows with its controls at `key` (indexes into their values):
+    its pictures, as JupyterLab's inline backend draws them, and its samples' text."""
+    w = _widget(name)
+    if slider == "scale":
+        w.d_k.value = list(w.d_k.options)[key[0]]
+        w.scaled.value = bool(key[1])
+        return [frames.inline_png(w.figure)], ""
+    if slider == "heads":
+        w.heads.value = [v for _, v in w.heads.options][key[0]]
+        return [bytes(image.value) for image in w.map_images], ""
+    if slider == "textbook":
+        w.layer.value, w.head.value = key
+        return [frames.inline_png(w.textbook_figure)], ""
+    w.temperature.value = round(w.temperature.min + key[0] * w.temperature.step, 2)
+    return [frames.inline_png(w.figure)], w.samples_text
+
+
+def _stored(stem: str, name: str, lang: str) -> list[bytes]:
+    """The pictures the widget drew when the notebook was executed, as the notebook stores them."""
+    folder = ROOT / "notebooks" / ("zh" if lang == "zh" else "")
+    nb = json.loads((folder / f"{stem}.ipynb").read_text(encoding="utf-8"))
+    state = nb["metadata"]["widgets"][WIDGET_STATE]["state"]
+    for cell in nb["cells"]:
+        if f"widgets.{name}(" in "".join(cell["source"]):
+            for out in cell["outputs"]:
+                if WIDGET_VIEW in out.get("data", {}):
+                    found = _widget_outputs(state, out["data"][WIDGET_VIEW]["model_id"])
+                    return [base64.b64decode(o["data"]["image/png"]) for o in found if "data" in o]
+    raise AssertionError(f"no {name} in {stem}")
+
+
+# chapter, widget, slider, how to move it: (control, key to press or "click", then its index).
+MOVES = [
+    (
+        "03",
+        "attention_scale_explorer",
+        "scale",
+        [(0, "Home", (0, 1)), (1, "click", (0, 0)), (0, "End", (9, 0))],
+    ),
+    ("04", "heads_explorer", "heads", [(0, "End", (4,)), (0, "Home", (0,))]),
+    ("04", "heads_explorer", "textbook", [(0, "End", (3, 0)), (1, "ArrowRight", (3, 1))]),
+    ("08", "temperature_explorer", "temperature", [(0, "Home", (0,)), (0, "click", None)]),
+]
+
+
+@pytest.mark.parametrize("lang", list(EDITIONS))
+@pytest.mark.parametrize(("number", "name", "slider", "moves"), MOVES, ids=[m[2] for m in MOVES])
+def test_each_slider_moves_and_shows_what_its_widget_draws(
+    site, desktop, lang, number, name, slider, moves
+):
+    stem = next(s for s in STEMS if s.startswith(f"{number}_"))
+    _open(desktop, f"{site['url']}/{lang}/{stem}.html")
+    block = desktop.locator(f'.course-frames[data-slider="{slider}"]')
+    block.scroll_into_view_if_needed()
+    inputs = block.locator(".course-frames-controls input")
+    assert inputs.first.is_visible(), "the script did not show the slider's controls"
+
+    def shown() -> tuple[str, list[bytes], str]:
+        srcs = block.locator(".course-frames-pictures img").evaluate_all(
+            "imgs => imgs.map(i => i.src)"
+        )
+        got = [desktop.request.get(src) for src in srcs]
+        assert all(g.ok for g in got), srcs
+        text = block.locator(".course-frames-text").text_content()
+        return block.get_attribute("data-frame") or "", [g.body() for g in got], text
+
+    def key_of(control) -> int:
+        return (
+            int(inputs.nth(control).input_value())
+            if inputs.nth(control).get_attribute("type") == "range"
+            else int(inputs.nth(control).is_checked())
+        )
+
+    _, pictures, _ = shown()
+    if slider != "heads":  # the notebook stores the pictures of Output widgets, not the maps
+        assert pictures == _stored(stem, name, lang), "the start is not the notebook's picture"
+    before, seen = pictures, {}
+    for control, press, expected in moves:
+        field = inputs.nth(control)
+        if press == "click":  # the mouse: a checkbox clicked, a range clicked at three quarters
+            if field.get_attribute("type") == "range":
+                box = field.bounding_box()
+                desktop.mouse.click(box["x"] + 0.75 * box["width"], box["y"] + box["height"] / 2)
+            else:
+                field.click()
+        else:
+            field.focus()
+            desktop.keyboard.press(press)
+        key = tuple(key_of(c) for c in range(inputs.count()))
+        assert expected is None or key == expected, (press, key)
+        frame, pictures, text = shown()
+        assert frame == frames.key_text(key), (frame, key)
+        assert pictures != before, f"{slider}: the picture did not change ({press})"
+        labels = json.loads(inputs.first.get_attribute("data-labels"))
+        if inputs.first.get_attribute("type") == "range":
+            assert inputs.first.get_attribute("aria-valuetext") == labels[key[0]]
+        seen[key] = pictures, text
+        before = pictures
+    _shot(desktop, f"slider-{lang}-{slider}")
+    drawn = frames.draw_one(name, set(seen))  # what frames.py draws here, at those values only
+    made = next(s for s in drawn if s.name == slider).frames
+    for key, (pictures, text) in seen.items():
+        assert pictures == made[key].pictures, f"{slider} at {key}: not what frames.py draws"
+        assert text == made[key].text
+        widget_pictures, widget_text = _widget_draws(name, slider, key)
+        assert pictures == widget_pictures, f"{slider} at {key}: not what the widget draws"
+        if widget_text:
+            assert text == widget_text
     assert not desktop.problems, desktop.problems
 
 

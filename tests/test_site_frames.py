@@ -1,0 +1,56 @@
+"""website/frames.py without a browser or a drawing: the page's markup for a slider's frames."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+from website import frames
+
+
+def _slider() -> frames.Slider:
+    controls = [
+        frames.Control("d_k", ["1", "2", "4"], 1),
+        frames.Control("divide by √d_k", ["off", "on"], 1, checkbox=True),
+    ]
+    got = {
+        (i, j): frames.Frame([b"png"], text=f"{i} {j} </script>", caption=f"<b>{i}</b>")
+        for i in range(3)
+        for j in range(2)
+    }
+    slider = frames.Slider("scale", controls, got, {"en": "three", "zh": "三"})
+    slider.files = {key: [f"scale-{frames.key_text(key)}-0.png"] for key in got}
+    return slider
+
+
+def test_the_page_starts_where_the_notebook_does_and_holds_every_frame():
+    page = frames.slider_html(_slider(), "../frames")
+    shown = page.split('<script type="application/json"', 1)[0]
+    assert 'src="../frames/scale-1-1-0.png"' in shown  # d_k 2, scaled: the start
+    assert "<output>2</output>" in shown and 'aria-valuetext="2"' in shown
+    assert 'type="checkbox" checked' in shown
+    assert "<b>1</b>" in shown and html.escape("1 1 </script>") in shown
+    data = re.search(r'class="course-frames-data">(.*)</script></div>$', page, re.S).group(1)
+    assert "</" not in data  # the frames' text cannot end the script early
+    got = json.loads(data)
+    assert sorted(got) == ["0-0", "0-1", "1-0", "1-1", "2-0", "2-1"]
+    assert got["2-0"]["text"] == "2 0 </script>"
+    assert 'src="../frames/scale-2-0-0.png"' in got["2-0"]["pictures"]
+
+
+def test_write_names_each_picture_by_its_slider_and_values(tmp_path):
+    slider = _slider()
+    slider.files = {}
+    size = frames.write({"attention_scale_explorer": [slider]}, tmp_path)
+    assert size == 6 * len(b"png")
+    assert sorted(p.name for p in tmp_path.iterdir())[:2] == ["scale-0-0-0.png", "scale-0-1-0.png"]
+    assert slider.files[(2, 1)] == ["scale-2-1-0.png"]
+
+
+def test_every_slider_widget_has_a_drawing():
+    assert set(frames.DRAW) == {
+        "attention_scale_explorer",
+        "heads_explorer",
+        "temperature_explorer",
+    }

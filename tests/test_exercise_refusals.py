@@ -14,7 +14,7 @@ from gptlib.bpe import merge_pair
 from gptlib.config import microgpt, textbook
 from gptlib.data import encode_documents
 from gptlib.exercises.checking import _target, refusal_message, shortcut
-from gptlib.exercises.refusals import REFUSALS
+from gptlib.exercises.table import REFUSALS
 from gptlib.generate import filter_logits, generate, next_token_probs
 from gptlib.model import GPT
 from gptlib.train import train

@@ -9,7 +9,7 @@ from gptlib import exercises
 from gptlib.config import gpt2
 from gptlib.exercises import gpt2 as ex_gpt2
 from gptlib.exercises.checking import not_written, refusal_message
-from gptlib.exercises.refusals import REFUSALS
+from gptlib.exercises.table import REFUSALS
 from gptlib.gpt2 import BLOCK_NAMES, TABLE_NAMES, gptlib_name, gptlib_state_dict
 from gptlib.model import GPT
 

@@ -5,7 +5,7 @@ one line, that it is not written yet (`not_written`). The reference solution is 
 step away: `show_solution(check_x)` prints it (`solved_by` tells a check which function that is).
 
 A check cannot be passed by handing the work to the library. While the reader's function runs,
-the library calls that do the whole exercise (listed per exercise in `refusals.REFUSALS`) raise
+the library calls that do the whole exercise (listed per exercise in `table.EXERCISES`) raise
 `Refused`, and the check says which call to write out instead (`refusing`). Only the reader's
 call is guarded: the reference and the known slips a check compares with may use anything.
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from gptlib.exercises import yours
-from gptlib.exercises.refusals import Refusal, refusals_for
+from gptlib.exercises.table import Refusal, refusals_for
 
 
 @dataclass
@@ -234,7 +234,7 @@ def _resolved(node: ast.expr, namespace: dict) -> object:
 def shortcut(name: str, fns: Sequence[Callable]) -> str | None:
     """The refusal message when the source of the reader's function (or of a helper of theirs
     it calls) calls a library function that does exercise `name`'s whole job
-    (`refusals.REFUSALS`), else None. Read from the source, nothing is patched: the check is a
+    (its record in `table.EXERCISES`), else None. Read from the source, nothing is patched: the check is a
     learning aid, and a copied or disguised call still passes, teaching nothing."""
     refusals = refusals_for(name)
     if not refusals:
@@ -485,7 +485,7 @@ def compare(
     `mistakes` pairs a hint with a wrong implementation: when the reader's output matches a
     wrong implementation (values and shape), that hint is the message. `error_hints` pairs a
     fragment of an error message with a hint added when the reader's function raises it. The
-    library calls `refusals.REFUSALS[name]` lists are refused when `user_fn`'s source calls them.
+    library calls exercise `name`'s record lists are refused when `user_fn`'s source calls them.
     """
     if error_hints:
         user_fn = with_error_hints(user_fn, error_hints)

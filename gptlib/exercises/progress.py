@@ -23,54 +23,11 @@ import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+
+from gptlib.exercises.table import EXERCISES, Exercise
 
 __all__ = ["progress"]
 
-
-class Exercise(NamedTuple):
-    check: str  # the check's name in gptlib.exercises
-    notebook: str  # the notebook's number: "03" is notebooks/03_*.ipynb
-    stars: int  # 1 (a few lines) to 3 (a loop of many parts, or a subtle rule such as ties)
-    minutes: int  # a first-time reader's estimate, reading the exercise's text included
-    optional: bool = False  # marked optional (and harder) in its notebook
-
-
-EXERCISES: tuple[Exercise, ...] = (
-    Exercise("check_encode_stream", "00", 1, 10),
-    Exercise("check_embed", "01", 1, 10),
-    Exercise("check_qkv_split", "02", 1, 10),
-    Exercise("check_causal_attention", "03", 2, 20),
-    Exercise("check_split_heads", "04", 1, 10),
-    Exercise("check_merge_heads", "04", 1, 5),
-    Exercise("check_stack_gradients", "05", 2, 20),
-    Exercise("check_rmsnorm", "06", 1, 10),
-    Exercise("check_pre_norm_block", "06", 1, 10),
-    Exercise("check_post_norm_block", "06", 1, 5),
-    Exercise("check_rmsnorm_backward", "06", 3, 40, optional=True),
-    Exercise("check_mlp", "07", 1, 10),
-    Exercise("check_temperature_probs", "08", 2, 15),
-    Exercise("check_log_softmax", "09", 2, 20),
-    Exercise("check_lm_loss", "09", 2, 25),
-    Exercise("check_train_loop", "10", 3, 35),
-    Exercise("check_adamw_step", "10", 3, 30, optional=True),
-    Exercise("check_clip_grad_norm", "10", 3, 20, optional=True),
-    Exercise("check_validation_loss", "11", 2, 15),
-    Exercise("check_filter_logits", "12", 3, 30),
-    Exercise("check_sample_step", "12", 3, 25, optional=True),
-    Exercise("check_decode_step", "13", 3, 40),
-    Exercise("check_gpt_attention", "14", 2, 20),
-    Exercise("check_gpt_block", "14", 2, 10),
-    Exercise("check_gpt_forward", "14", 2, 15),
-    Exercise("check_gpt_loss", "14", 1, 10),
-    Exercise("check_gpt_train", "14", 2, 20),
-    Exercise("check_gpt_sample", "14", 2, 20),
-    Exercise("check_gpt_cached_attention", "14", 3, 25),
-    Exercise("check_gpt_forward_cached", "14", 2, 15),
-    Exercise("check_merge", "15", 2, 15),
-    Exercise("check_learn_merges", "15", 3, 30, optional=True),
-    Exercise("check_to_gptlib", "16", 2, 20),
-)
 
 SOLVED, NOT_WRITTEN, FAILS = "solved", "not written yet", "fails"
 

@@ -204,7 +204,7 @@ def load(name: str) -> tuple[Callable | None, str]:
 
 
 def _notebook_of(name: str) -> str:
-    from gptlib.exercises.progress import EXERCISES
+    from gptlib.exercises.table import EXERCISES
 
     return next((e.notebook for e in EXERCISES if e.check == f"check_{name}"), "")
 

@@ -1,0 +1,58 @@
+"""One record per exercise (gptlib/exercises/table.py), and one test that goes through them all:
+the check exists and reports the record's name, the notebook exists and calls it and states its
+difficulty, the hint has both steps, every refusal names a function
+the library or torch has, and the README counts the records."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import gptlib.exercises as ex
+from gptlib.exercises.checking import _target
+from gptlib.exercises.table import EXERCISES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _stub():
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("record", EXERCISES, ids=[e.check for e in EXERCISES])
+def test_every_record(record):
+    check = getattr(ex, record.check)
+    assert callable(check) and callable(check.solution), record.check
+    # the name the check reports is the record's: a stub is "<name> is not written yet"
+    said = check(lambda *args, **kwargs: _stub())
+    assert not said and said.message.startswith(f"{record.name} is not written yet"), said.message
+    [notebook] = sorted((ROOT / "notebooks").glob(f"{record.notebook}_*.ipynb"))
+    text = "\n".join(
+        "".join(c["source"]) for c in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    )
+    assert f"{record.check}(" in text, f"{notebook.name} never calls {record.check}"
+    assert f"Difficulty {'★' * record.stars}" in text  # minutes: test_notebook_exercises
+    assert record.hint.think.strip() and record.hint.steps.strip()
+    for refusal in record.refusals:
+        assert callable(_target(refusal.path)), refusal.path
+
+
+def test_one_record_per_check_and_nothing_else():
+    checks = [e.check for e in EXERCISES]
+    assert len(set(checks)) == len(checks)
+    assert sorted(checks) == sorted(n for n in ex.__all__ if n.startswith("check_"))
+    assert len({e.name for e in EXERCISES}) == len(EXERCISES)
+    assert [e.notebook for e in EXERCISES] == sorted(e.notebook for e in EXERCISES)
+
+
+def test_the_readme_counts_the_records():
+    optional = sum(e.optional for e in EXERCISES)
+    for readme, said in (
+        ("README.md", f"{len(EXERCISES)} of them ({len(EXERCISES) - optional} required, "),
+        ("README.zh-CN.md", f"共 {len(EXERCISES)} 个（{len(EXERCISES) - optional} 个必做"),
+    ):
+        text = re.sub(r"\s+", " ", (ROOT / readme).read_text(encoding="utf-8"))
+        assert said in text, f"{readme} does not say {said!r}"

@@ -54,3 +54,33 @@ def test_every_slider_widget_has_a_drawing():
         "heads_explorer",
         "temperature_explorer",
     }
+
+
+def test_two_ranges_each_have_their_labels_and_readout():
+    controls = [
+        frames.Control("temperature", ["0.00", "0.05", "0.10"], 2),
+        frames.Control("top-k (0=off)", ["0", "3", "5", "10"], 0),
+    ]
+    got = {(i, j): frames.Frame([b"png"], text=f"{i} {j}") for i in range(3) for j in range(4)}
+    slider = frames.Slider("temperature", controls, got, {"en": "twelve", "zh": "十二"})
+    slider.files = {key: [f"temperature-{frames.key_text(key)}-0.png"] for key in got}
+    page = frames.slider_html(slider, "../frames")
+    shown = page.split('<script type="application/json"', 1)[0]
+    assert shown.count('type="range"') == 2
+    assert 'max="2"' in shown and 'max="3"' in shown
+    assert "<output>0.10</output>" in shown and "<output>0</output>" in shown
+    assert html.escape(json.dumps(["0", "3", "5", "10"]), quote=True) in shown
+    assert 'src="../frames/temperature-2-0-0.png"' in shown
+    data = re.search(r'class="course-frames-data">(.*)</script></div>$', page, re.S).group(1)
+    assert len(json.loads(data)) == 12 and json.loads(data)["1-3"]["text"] == "1 3"
+
+
+def test_the_temperature_explorer_offers_the_top_ks_it_names():
+    assert frames.TOP_KS[0] == 0 and frames.TOP_KS == sorted(set(frames.TOP_KS))
+
+
+def test_shares_split_a_sliders_keys_by_their_last_index():
+    keys = [(t, k) for t in range(3) for k in range(4)]
+    shares = [frames.Share(i, 2) for i in range(2)]
+    assert [k for k in keys if k in shares[0]] == [(t, k) for t in range(3) for k in (0, 2)]
+    assert sorted(k for s in shares for k in keys if k in s) == keys

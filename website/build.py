@@ -10,9 +10,10 @@ a phone layout; sphinx-copybutton the copy buttons. What this file adds: each pa
 twin, a line on running the notebook, the downloadable .ipynb (the real notebook, sliders and
 all), a MathJax 3 served from the site itself, and _site/index.html, which offers both
 languages. A slider cannot move without a running kernel, so each of the course's sliders is
-drawn here at every value its controls offer, by its own widget (website/frames.py), into
-_site/frames/; the page shows them behind its own range inputs (static/course-sliders.js), with
-a line on running the live widget in JupyterLab. The frames are drawn while Sphinx renders.
+drawn here at every value its controls offer (notebook 08's top-k at a few), by its own widget
+(website/frames.py), into _site/frames/; the page shows them behind its own range inputs
+(static/course-sliders.js), with a line on running the live widget in JupyterLab. The frames are
+drawn while Sphinx renders.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The course's sliders on the website: what each widget shows at each value, drawn at build time.
 
 A slider needs a running kernel and the site has none. So each widget of gptlib.widgets is built
-here exactly as its notebook builds it, its controls are set to every value they offer, one after
-another (setting `.value` redraws as dragging does), and what the widget then shows is kept as a
-frame: its pictures as PNG, the bytes JupyterLab shows, and its text. A page gets the frames of
-its sliders as HTML (`slider_html`) and website/static/course-sliders.js swaps them as the reader
-moves the page's own range inputs and checkboxes. The same inputs give the same frames: the
-widgets seed their randomness, nothing here does any of its own.
+here exactly as its notebook builds it, its controls are set to every value they offer (notebook
+08's top-k to those of TOP_KS only), one after another (setting `.value` redraws as dragging
+does), and what the widget then shows is kept as a frame: its pictures as PNG, the bytes
+JupyterLab shows, and its text. A page gets the frames of its sliders as HTML (`slider_html`) and
+website/static/course-sliders.js swaps them as the reader moves the page's own range inputs and
+checkboxes. The same inputs give the same frames: the widgets seed their randomness, nothing here
+does any of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from gptlib import widgets
 from gptlib.checkpoint import asset_path, load_asset
 
 HEAD_COUNTS = [1, 2, 4, 8, 16]  # notebook 04's head_counts
+TOP_KS = [0, 3, 5, 10]  # the top-k values the site offers for notebook 08 (0 = off)
+TEMPERATURE_EVERY = 2  # of the widget's temperatures (steps of 0.05), the site offers every 2nd
 
 
 @dataclass
@@ -168,24 +171,33 @@ def heads(keys=None) -> list[Slider]:
 
 
 def temperature(keys=None) -> list[Slider]:
-    """Notebook 08's temperature_explorer on the textbook preset: every temperature, top-k off."""
+    """Notebook 08's temperature_explorer on the textbook preset: every TEMPERATURE_EVERY-th
+    temperature it offers, each with the top-k values of TOP_KS."""
     big = load_asset("names-textbook.pt")
     with _recording() as shown:
         w = widgets.temperature_explorer(
             big.model, big.tokenizer, context=".", num_samples=10, seed=0
         )
-        t = w.temperature
-        steps = round((t.max - t.min) / t.step)
-        values = [round(t.min + i * t.step, 2) for i in range(steps + 1)]
+        t, k = w.temperature, w.top_k
+        step = TEMPERATURE_EVERY * t.step
+        values = [round(t.min + i * step, 2) for i in range(round((t.max - t.min) / step) + 1)]
+        top_ks = [v for v in TOP_KS if k.min <= v <= k.max]
+        n = len(values) * len(top_ks)
+        shown_ks = ", ".join(map(str, top_ks[1:]))
         slider = Slider(
             "temperature",
-            [Control(t.description, [f"{v:.2f}" for v in values], values.index(t.value))],
+            [
+                Control(t.description, [f"{v:.2f}" for v in values], values.index(t.value)),
+                Control(k.description, [str(v) for v in top_ks], top_ks.index(k.value)),
+            ],
             {},
             {
-                "en": f"all {len(values)} temperatures it offers, {values[0]:g} to "
-                f"{values[-1]:g} in steps of {t.step:g}, with top-k off (0)",
-                "zh": f"它提供的全部 {len(values)} 个温度（{values[0]:g} 到 {values[-1]:g}，"
-                f"步长 {t.step:g}），top-k 关闭（0）",
+                "en": f"{len(values)} temperatures, {values[0]:g} to {values[-1]:g} in steps "
+                f"of {step:g} (the widget's own step is {t.step:g}), each with top-k 0 (off: "
+                f"every token) and {shown_ks} (the widget offers 0 to {k.max}): {n} pictures",
+                "zh": f"{len(values)} 个温度（{values[0]:g} 到 {values[-1]:g}，步长 {step:g}；"
+                f"部件本身的步长是 {t.step:g}），每个温度配 top-k 0（关闭：保留全部 token）和 "
+                f"{'、'.join(map(str, top_ks[1:]))}（部件提供 0 到 {k.max}），共 {n} 张图",
             },
         )
 
@@ -193,7 +205,7 @@ def temperature(keys=None) -> list[Slider]:
             plot = _frame(shown[id(w.plot_output)])
             return Frame(plot.pictures, "\n".join(shown[id(w.samples_output)]))
 
-        _visit([(t, values)], slider, read, keys)
+        _visit([(t, values), (k, top_ks)], slider, read, keys)
     return [slider]
 
 
@@ -220,16 +232,48 @@ def draw_one(name: str, keys=None) -> list[Slider]:
         torch.set_num_threads(threads)
 
 
-def start(workers: int = 2) -> tuple[ProcessPoolExecutor, dict[str, Future]]:
+# The widgets whose frames are drawn in shares, each in its own process: name -> how many.
+SHARES = {"temperature_explorer": 2}
+
+
+@dataclass(frozen=True)
+class Share:
+    """The keys (tuples of control indexes) whose last index is `part` modulo `parts`: one share
+    of a slider's frames, for draw_one's `keys`."""
+
+    part: int
+    parts: int
+
+    def __contains__(self, key: tuple[int, ...]) -> bool:
+        return key[-1] % self.parts == self.part
+
+
+def start(workers: int = 2) -> tuple[ProcessPoolExecutor, dict[str, list[Future]]]:
     """Start drawing every slider's frames in `workers` fresh processes; see collect()."""
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-    return pool, {name: pool.submit(draw_one, name) for name in DRAW}
+    jobs = {}
+    for name in DRAW:
+        n = SHARES.get(name, 1)
+        keys = [Share(i, n) for i in range(n)] if n > 1 else [None]
+        jobs[name] = [pool.submit(draw_one, name, k) for k in keys]
+    return pool, jobs
 
 
-def collect(started: tuple[ProcessPoolExecutor, dict[str, Future]]) -> dict[str, list[Slider]]:
+def collect(
+    started: tuple[ProcessPoolExecutor, dict[str, list[Future]]],
+) -> dict[str, list[Slider]]:
     pool, jobs = started
     with pool:
-        return {name: job.result() for name, job in jobs.items()}
+        done = {}
+        for name, shares in jobs.items():
+            group, *rest = [job.result() for job in shares]
+            for other in rest:
+                for slider, more in zip(group, other, strict=True):
+                    slider.frames.update(more.frames)
+            for slider in group:
+                slider.frames = dict(sorted(slider.frames.items()))
+            done[name] = group
+        return done
 
 
 def key_text(key: tuple[int, ...]) -> str:

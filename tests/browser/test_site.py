@@ -265,9 +265,12 @@ def _widget(name: str):
     )
 
 
-def _widget_draws(name: str, slider: str, key: tuple[int, ...]) -> tuple[list[bytes], str]:
-    """What the widget itself shows with its controls at `key` (indexes into their values):
-    its pictures, as JupyterLab's inline backend draws them, and its samples' text."""
+def _widget_draws(
+    name: str, slider: str, key: tuple[int, ...], labels: list[list[str]]
+) -> tuple[list[bytes], str]:
+    """What the widget itself shows with its controls at `key` (indexes into their values, which
+    the page's range inputs name in `labels`): its pictures, as JupyterLab's inline backend draws
+    them, and its samples' text."""
     w = _widget(name)
     if slider == "scale":
         w.d_k.value = list(w.d_k.options)[key[0]]
@@ -279,7 +282,8 @@ def _widget_draws(name: str, slider: str, key: tuple[int, ...]) -> tuple[list[by
     if slider == "textbook":
         w.layer.value, w.head.value = key
         return [frames.inline_png(w.textbook_figure)], ""
-    w.temperature.value = round(w.temperature.min + key[0] * w.temperature.step, 2)
+    w.temperature.value = float(labels[0][key[0]])  # as the page names them: "1.00", "5"
+    w.top_k.value = int(labels[1][key[1]])
     return [frames.inline_png(w.figure)], w.samples_text
 
 
@@ -297,7 +301,8 @@ def _stored(stem: str, name: str, lang: str) -> list[bytes]:
     raise AssertionError(f"no {name} in {stem}")
 
 
-# chapter, widget, slider, how to move it: (control, key to press or "click", then its index).
+# chapter, widget, slider, how to move it: (control, key to press or "click", then the indexes
+# of all the controls, or the index of that control alone).
 MOVES = [
     (
         "03",
@@ -307,7 +312,12 @@ MOVES = [
     ),
     ("04", "heads_explorer", "heads", [(0, "End", (4,)), (0, "Home", (0,))]),
     ("04", "heads_explorer", "textbook", [(0, "End", (3, 0)), (1, "ArrowRight", (3, 1))]),
-    ("08", "temperature_explorer", "temperature", [(0, "Home", (0,)), (0, "click", None)]),
+    (
+        "08",
+        "temperature_explorer",
+        "temperature",
+        [(0, "Home", (0, 0)), (0, "click", None), (1, "End", 3), (1, "click", 2)],
+    ),
 ]
 
 
@@ -355,13 +365,20 @@ def test_each_slider_moves_and_shows_what_its_widget_draws(
             field.focus()
             desktop.keyboard.press(press)
         key = tuple(key_of(c) for c in range(inputs.count()))
-        assert expected is None or key == expected, (press, key)
+        if isinstance(expected, int):
+            assert key[control] == expected, (press, key)
+        else:
+            assert expected is None or key == expected, (press, key)
         frame, pictures, text = shown()
         assert frame == frames.key_text(key), (frame, key)
         assert pictures != before, f"{slider}: the picture did not change ({press})"
-        labels = json.loads(inputs.first.get_attribute("data-labels"))
-        if inputs.first.get_attribute("type") == "range":
-            assert inputs.first.get_attribute("aria-valuetext") == labels[key[0]]
+        labels = []
+        for c in range(inputs.count()):
+            if inputs.nth(c).get_attribute("type") == "range":
+                labels.append(json.loads(inputs.nth(c).get_attribute("data-labels")))
+                assert inputs.nth(c).get_attribute("aria-valuetext") == labels[c][key[c]]
+            else:
+                labels.append(["off", "on"])
         seen[key] = pictures, text
         before = pictures
     _shot(desktop, f"slider-{lang}-{slider}")
@@ -370,7 +387,7 @@ def test_each_slider_moves_and_shows_what_its_widget_draws(
     for key, (pictures, text) in seen.items():
         assert pictures == made[key].pictures, f"{slider} at {key}: not what frames.py draws"
         assert text == made[key].text
-        widget_pictures, widget_text = _widget_draws(name, slider, key)
+        widget_pictures, widget_text = _widget_draws(name, slider, key, labels)
         assert pictures == widget_pictures, f"{slider} at {key}: not what the widget draws"
         if widget_text:
             assert text == widget_text
@@ -380,3 +397,11 @@ def test_each_slider_moves_and_shows_what_its_widget_draws(
 def test_the_site_is_whole(site):
     """Every chapter in both languages, and each edition's index."""
     assert site["pages"] == 2 * len(STEMS) + 2, site
+
+
+def test_the_slider_frames_stay_small(site):
+    """Every slider's frames, notebook 08's temperatures crossed with its top-k values
+    (frames.TOP_KS) included, in a few MiB."""
+    temperatures = 21  # 0 to 2 in steps of 0.1
+    assert site["frames"] == 10 * 2 + 5 + 4 * 4 + temperatures * len(frames.TOP_KS), site
+    assert site["frame_bytes"] < 8 * 2**20, site

@@ -674,19 +674,24 @@ def _run(args, settings, ck, out, ranks, device, say, signals, notes, changes) -
                 + (f"; {out} keeps step {start}" if os.path.exists(out) else "")
             )
         optimizer = None if args.no_optimizer_state else opt
-        saved = save_run(
-            out,
-            model,
-            corpus,
-            optimizer,
-            done,
-            hist,
-            settings,
-            {},
-            states,
-            world_size=ranks.world_size,
-            overwrite=args.overwrite or (args.resume is not None and same_file(out, args.resume)),
-        )
+
+        def save(path, summary, overwrite):
+            return save_run(
+                path,
+                model,
+                corpus,
+                optimizer,
+                done,
+                hist,
+                settings,
+                summary,
+                states,
+                world_size=ranks.world_size,
+                overwrite=overwrite,
+            )
+
+        resumed_in_place = args.resume is not None and same_file(out, args.resume)
+        saved = save(out, {}, args.overwrite or resumed_in_place)
     finally:
         signals.mode = "raise"
     if saved != out:
@@ -709,19 +714,7 @@ def _run(args, settings, ck, out, ranks, device, say, signals, notes, changes) -
         summary = _final_evaluation(model, corpus, device, settings["batch_size"], args)
     if summary:  # the same checkpoint, now with the evaluation
         with signals.held():
-            save_run(
-                saved,
-                model,
-                corpus,
-                optimizer,
-                done,
-                hist,
-                settings,
-                summary,
-                states,
-                world_size=ranks.world_size,
-                overwrite=True,
-            )
+            save(saved, summary, overwrite=True)
     if hist.interrupted:
         print(f"continue with: {_command('train', '--resume', saved)}")
     if hist.interrupted or signals.received:

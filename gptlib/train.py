@@ -98,15 +98,24 @@ def estimate_loss(
     """Mean loss over `n_batches` random windows drawn with a fixed seed (same windows each call)."""
     was_training = model.training
     model.eval()
-    device = model.lm_head.weight.device
-    g = torch.Generator().manual_seed(seed)
-    block = min(model.cfg.block_size, tokens.numel() - 1)
-    losses = []
-    for _ in range(n_batches):
-        idx, labels = sample_batch(tokens, batch_size, block, g, device)
-        losses.append(model(idx, labels)[1].item())
+    losses = [
+        model(idx, labels)[1].item()
+        for idx, labels in eval_batches(model, tokens, batch_size, n_batches, seed)
+    ]
     model.train(was_training)
     return sum(losses) / len(losses)
+
+
+def eval_batches(
+    model: GPT, tokens: torch.Tensor, batch_size: int = 32, n_batches: int = 50, seed: int = 1234
+):
+    """The (idx, labels) batches `estimate_loss` scores: the same windows for the same seed, on the
+    model's device, each as long as the model's window allows."""
+    g = torch.Generator().manual_seed(seed)
+    block = min(model.cfg.block_size, tokens.numel() - 1)
+    device = model.lm_head.weight.device
+    for _ in range(n_batches):
+        yield sample_batch(tokens, batch_size, block, g, device)
 
 
 StepCallback = Callable[[History], None]

@@ -30,9 +30,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from gptlib.data import sample_batch
 from gptlib.mlp import ACTIVATIONS
 from gptlib.model import GPT
+from gptlib.train import eval_batches
 
 __all__: list[str] = []  # used as a module: `from gptlib.exercises import assemble`
 
@@ -154,14 +154,10 @@ def validation_loss(
     library's."""
     p = _pieces(pieces)
     forward_pieces = {k: v for k, v in pieces.items() if k != "lm_loss"}
-    g = torch.Generator().manual_seed(seed)
-    block = min(model.cfg.block_size, tokens.numel() - 1)
-    device = model.lm_head.weight.device
-    losses = []
-    for _ in range(n_batches):
-        idx, labels = sample_batch(tokens, batch_size, block, g, device)
-        logits = forward(model, idx, **forward_pieces)
-        losses.append(float(p["lm_loss"](logits, labels)))
+    losses = [
+        float(p["lm_loss"](forward(model, idx, **forward_pieces), labels))
+        for idx, labels in eval_batches(model, tokens, batch_size, n_batches, seed)
+    ]
     loss = sum(losses) / len(losses)
     if not math.isfinite(loss):
         return float("nan")

@@ -150,28 +150,21 @@ def _tables_transposed_too(hf_state):
     }
 
 
-def _norms_swapped(hf_state):
-    swap = {".ln1.": ".ln2.", ".ln2.": ".ln1."}
+def _swapped(hf_state, a, b):
+    """The conversion with every name holding `a` given `b` instead, and the other way round."""
 
     def rename(name):
-        for old, new in swap.items():
-            if old in name:
-                return name.replace(old, new)
-        return name
+        return name.replace(a, b) if a in name else name.replace(b, a)
 
     return _convert(hf_state, rename=rename)
+
+
+def _norms_swapped(hf_state):
+    return _swapped(hf_state, ".ln1.", ".ln2.")
 
 
 def _mlp_swapped(hf_state):
-    swap = {".mlp.fc.": ".mlp.proj.", ".mlp.proj.": ".mlp.fc."}
-
-    def rename(name):
-        for old, new in swap.items():
-            if old in name:
-                return name.replace(old, new)
-        return name
-
-    return _convert(hf_state, rename=rename)
+    return _swapped(hf_state, ".mlp.fc.", ".mlp.proj.")
 
 
 def _head_left_out(hf_state):

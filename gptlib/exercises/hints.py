@@ -19,7 +19,7 @@ import textwrap
 from collections.abc import Callable
 
 from gptlib.exercises.checking import show_solution
-from gptlib.exercises.table import HINTS, Hint  # noqa: F401  (the texts live in the table)
+from gptlib.exercises.table import HINTS  # the texts live in the table, one record per exercise
 
 __all__ = ["hint"]
 

@@ -2,6 +2,8 @@
 
 Two paths compute the same thing. `manual` writes out softmax(Q K^T / sqrt(d_h) + mask) V and can
 keep the weights for plotting; `sdpa` calls PyTorch's fused kernel.
+
+Notebook 04 (multi head) teaches this module.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from gptlib.kvcache import KVCache
 
 
 class CausalSelfAttention(nn.Module):
+    """Taught in notebook 04 (multi head)."""
+
     def __init__(self, cfg: GPTConfig, layer_idx: int = 0):
         super().__init__()
         self.n_head = cfg.n_head

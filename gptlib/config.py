@@ -12,7 +12,9 @@ ATTENTIONS = ("manual", "sdpa")
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Every choice that shapes a GPT. Letters in comments follow the textbook: V, T, d, h, L."""
+    """Every choice that shapes a GPT. Letters in comments follow the textbook: V, T, d, h, L.
+
+    Not taught in a notebook: what the presets return; notebooks use microgpt or textbook."""
 
     vocab_size: int = 27  # V
     block_size: int = 64  # T: rows of the position table, longest sequence the model reads
@@ -76,7 +78,9 @@ class GPTConfig:
 
 def microgpt(vocab_size: int = 27, **changes) -> GPTConfig:
     """Textbook chapter 2's running example: 1 layer, d 16, 4 heads of 4, block 8, pre-norm
-    RMSNorm, ReLU, no biases, separate output head. About 4,100 parameters with vocab 27."""
+    RMSNorm, ReLU, no biases, separate output head. About 4,100 parameters with vocab 27.
+
+    Taught in notebook 01 (embeddings)."""
     base = GPTConfig(
         vocab_size=vocab_size,
         block_size=8,
@@ -95,7 +99,9 @@ def microgpt(vocab_size: int = 27, **changes) -> GPTConfig:
 
 def textbook(vocab_size: int = 27, **changes) -> GPTConfig:
     """The model of textbook chapter 3: block 64, d 128, 4 layers, 4 heads, post-LN LayerNorm,
-    GELU, tied embeddings, no Linear biases."""
+    GELU, tied embeddings, no Linear biases.
+
+    Taught in notebook 06 (normalisation)."""
     base = GPTConfig(
         vocab_size=vocab_size,
         block_size=64,
@@ -115,7 +121,9 @@ def textbook(vocab_size: int = 27, **changes) -> GPTConfig:
 def gpt2(vocab_size: int = 50257, **changes) -> GPTConfig:
     """GPT-2 small (124M): V 50257, T 1024, 12 layers, 12 heads, d 768; pre-norm LayerNorm with
     bias, GELU in its tanh form, a bias in every Linear layer, tied head. Dropout 0.1 as GPT-2
-    was trained (eval mode turns it off)."""
+    was trained (eval mode turns it off).
+
+    Taught in notebook 16 (gpt2)."""
     base = GPTConfig(
         vocab_size=vocab_size,
         block_size=1024,
@@ -138,7 +146,9 @@ PRESETS = {"microgpt": microgpt, "textbook": textbook, "gpt2": gpt2}
 
 def preset(name: str, vocab_size: int | None = None, **changes) -> GPTConfig:
     """Look a preset up by name: `preset("textbook", vocab_size=65)`. Without vocab_size, the
-    preset's own (27 letters + BOS for microgpt and textbook, 50257 for gpt2)."""
+    preset's own (27 letters + BOS for microgpt and textbook, 50257 for gpt2).
+
+    Used by the command line; no notebook teaches it."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     if vocab_size is None:

@@ -1,5 +1,7 @@
 """Corpora that need no download, a reader's own files, a deterministic train/val split, and
-random training windows."""
+random training windows.
+
+Notebook 00 (data and tokens) teaches this module."""
 
 from __future__ import annotations
 
@@ -24,12 +26,16 @@ def _names_file(filename: str) -> list[str]:
 
 def load_names() -> list[str]:
     """The 5,163 distinct US-census first names shipped with the `names` package, lower-case,
-    sorted."""
+    sorted.
+
+    Taught in notebook 00 (data and tokens)."""
     return sorted(set(_names_file("dist.female.first")) | set(_names_file("dist.male.first")))
 
 
 def load_surnames() -> list[str]:
-    """The 88,799 distinct US-census surnames from the same package, lower-case, sorted."""
+    """The 88,799 distinct US-census surnames from the same package, lower-case, sorted.
+
+    Not taught in a notebook: the "surnames" corpus of load_corpus."""
     return sorted(set(_names_file("dist.all.last")))
 
 
@@ -41,7 +47,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the terminal colour codes fortune print
 
 def load_tang300(path: str | os.PathLike | None = None) -> list[str]:
     """The Tang poems, one document per poem, in file order: `《title》author` as the first line,
-    then the poem's lines (colour codes removed). `path` defaults to TANG300_PATH."""
+    then the poem's lines (colour codes removed). `path` defaults to TANG300_PATH.
+
+    Not taught in a notebook: the "tang300" corpus of load_corpus."""
     path = os.fspath(path) if path is not None else TANG300_PATH
     if not os.path.exists(path):
         raise FileNotFoundError(
@@ -71,6 +79,8 @@ def load_text(path: str | os.PathLike) -> str:
 
     Refuses, with one line that says what to give instead: a missing file, a folder, a file that
     cannot be read, one that is not UTF-8, and one with no text (empty, or only whitespace).
+
+    Taught in notebook 10 (training loop).
     """
     shown = repr(os.fspath(path))
     if os.path.isdir(path):
@@ -122,7 +132,9 @@ MAX_CONTROL_SHARE = 0.01
 
 @dataclass
 class Corpus:
-    """A tokenizer plus the training and validation token streams (1-D LongTensors)."""
+    """A tokenizer plus the training and validation token streams (1-D LongTensors).
+
+    Not taught in a notebook: what load_corpus returns; notebooks use its fields."""
 
     name: str
     tokenizer: CharTokenizer
@@ -161,7 +173,9 @@ class Corpus:
 
 
 def encode_documents(documents: list[str], tokenizer: CharTokenizer) -> torch.Tensor:
-    """`.emma.olivia.` : every document preceded by BOS, one BOS closing the stream."""
+    """`.emma.olivia.` : every document preceded by BOS, one BOS closing the stream.
+
+    Taught in notebook 00 (data and tokens)."""
     bos = tokenizer.bos_id
     if bos is None:
         raise ValueError("encoding documents needs a tokenizer with a BOS token")
@@ -173,7 +187,9 @@ def encode_documents(documents: list[str], tokenizer: CharTokenizer) -> torch.Te
 
 
 def split_documents(documents: list[str], val_fraction: float = 0.1, seed: int = 0):
-    """Shuffle with a fixed seed and cut: the same documents land in val on every machine."""
+    """Shuffle with a fixed seed and cut: the same documents land in val on every machine.
+
+    Not taught in a notebook: the seeded train/val split load_corpus makes."""
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     docs = list(documents)
@@ -199,6 +215,8 @@ def detect_reading(text: str) -> tuple[str, str]:
     ones not counted): they separate paragraphs. Fewer are strays and are ignored (why says how
     many); the file is then one document per line when its median non-blank line has at most
     MAX_MEDIAN_LINE characters, running text otherwise.
+
+    Not taught in a notebook: how load_corpus reads a text file, by lines or as running text.
     """
     lines = text.splitlines()
     while lines and not lines[-1].strip():
@@ -239,7 +257,9 @@ def _bos_symbol(documents: list[str]) -> str:
 def document_corpus(
     name: str, documents: list[str], val_fraction: float = 0.1, seed: int = 0, **kw
 ) -> Corpus:
-    """Documents separated by BOS; a shuffled, seeded, document-level train/val split."""
+    """Documents separated by BOS; a shuffled, seeded, document-level train/val split.
+
+    Not taught in a notebook: the step of load_corpus that builds a Corpus from documents."""
     if len(documents) < 2:
         raise ValueError(
             f"corpus {name!r} has {len(documents)} document(s); a train/val split needs at least 2"
@@ -264,6 +284,8 @@ def load_corpus(
     A file is read either as one document per line (each non-blank line a document, BOS between
     them, split by document like `names`) or as running text (split 90/10 by position).
     `reading="auto"` picks one with `detect_reading`; `"lines"` / `"text"` force it.
+
+    Taught in notebook 00 (data and tokens).
     """
     if reading not in READINGS:
         raise ValueError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
@@ -317,6 +339,8 @@ def sample_batch(
 
     They are the same window on purpose: the model's loss compares position t's prediction with
     labels[t + 1], so the one-token shift happens inside the loss, not here.
+
+    Taught in notebook 00 (data and tokens).
     """
     if tokens.dim() != 1:
         raise ValueError(f"tokens must be a 1-D tensor of ids, got shape {tuple(tokens.shape)}")

@@ -17,6 +17,8 @@ was computed with its position's row of the position table baked in and cannot b
   every `block_size - block_size // 2 + 1` steps, and each token is predicted from a context of
   `block_size // 2` to `block_size` tokens.
 Neither path ever indexes past the position table.
+
+Notebook 12 (generation) teaches this module.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def filter_logits(
     (nucleus) then keeps, in the distribution left by top_k, the most likely tokens until their
     probabilities add up to at least p: the token that crosses p is kept, and so is every token
     tied with the last one kept. None (or k >= V, p = 1) keeps every token.
+
+    Taught in notebook 12 (generation).
     """
     _check_sampling(1.0, top_k, top_p)
     if top_k is not None and top_k < logits.size(-1):
@@ -84,7 +88,9 @@ def next_token_probs(
 ) -> torch.Tensor:
     """The distribution the next token is drawn from, [..., V]: the logits divided by the
     temperature, filtered by top_k and top_p (`filter_logits`), softmax. Temperature 0 is greedy:
-    all the mass on the argmax (dividing by 0 would give inf/nan)."""
+    all the mass on the argmax (dividing by 0 would give inf/nan).
+
+    Taught in notebook 08 (logits)."""
     _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
@@ -98,7 +104,9 @@ def pick_next(
     generator: torch.Generator | None = None,
     top_p: float | None = None,
 ) -> torch.Tensor:
-    """logits [B, V] -> next ids [B, 1]."""
+    """logits [B, V] -> next ids [B, 1].
+
+    Taught in notebook 08 (logits)."""
     if temperature == 0:
         _check_sampling(temperature, top_k, top_p)
         return logits.argmax(dim=-1, keepdim=True)
@@ -128,6 +136,8 @@ def generate(
     Both give the same tokens while n0 + new <= block_size + 1 (every prediction made from at
     most block_size tokens); past that the recompute path slides a block_size window and the
     cache path rebuilds itself from the last block_size // 2 tokens (see the module docstring).
+
+    Taught in notebook 12 (generation).
     """
     _check_sampling(temperature, top_k, top_p)
     if idx.dim() != 2 or idx.size(1) == 0:
@@ -200,6 +210,8 @@ def sample_documents(
     returned documents include the prompt; up to `max_len` tokens are sampled after it. A prompt
     with a character outside the vocabulary, or with the BOS symbol (which ends a document), is
     refused.
+
+    Taught in notebook 12 (generation).
     """
     bos = tokenizer.bos_id
     if bos is None:
@@ -244,7 +256,9 @@ def complete(
     use_cache: bool = True,
     top_p: float | None = None,
 ) -> str:
-    """Continue a text prompt and return prompt + continuation, decoded."""
+    """Continue a text prompt and return prompt + continuation, decoded.
+
+    Taught in notebook 12 (generation)."""
     device = model.lm_head.weight.device
     idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=device)
     out = generate(

@@ -14,6 +14,8 @@ weight layout differs: GPT-2's `Conv1D` layers store their weight as [in, out], 
     mlp.c_fc.weight [d, 4d] / .bias              mlp.fc.weight [4d, d] (transposed) / .bias
     mlp.c_proj.weight [4d, d] / .bias            mlp.proj.weight [d, 4d] (transposed) / .bias
     transformer.wte / wpe / ln_f                 tok_emb / pos_emb / ln_f
+
+Notebook 16 (gpt2) teaches this module.
 """
 
 from __future__ import annotations
@@ -44,11 +46,15 @@ TABLE_NAMES = {"wte.weight": "tok_emb.weight", "wpe.weight": "pos_emb.weight"}
 
 
 class GPT2FormatError(ValueError):
-    """A folder that is not a GPT-2 checkpoint gptlib can read, or a model it cannot write."""
+    """A folder that is not a GPT-2 checkpoint gptlib can read, or a model it cannot write.
+
+    Not taught in a notebook: what load_hf_gpt2 raises for a folder it cannot read as GPT-2."""
 
 
 def config_from_hf(hf: dict, source: str = CONFIG_FILE) -> GPTConfig:
-    """A Hugging Face GPT-2 config (the dict of config.json) -> GPTConfig."""
+    """A Hugging Face GPT-2 config (the dict of config.json) -> GPTConfig.
+
+    Not taught in a notebook: a step of load_hf_gpt2."""
     model_type = hf.get("model_type")
     if model_type != "gpt2":
         raise GPT2FormatError(
@@ -90,7 +96,9 @@ def config_from_hf(hf: dict, source: str = CONFIG_FILE) -> GPTConfig:
 
 
 def hf_config_from(cfg: GPTConfig) -> dict:
-    """GPTConfig -> the dict written as config.json (fields GPT2Config reads)."""
+    """GPTConfig -> the dict written as config.json (fields GPT2Config reads).
+
+    Not taught in a notebook: a step of save_hf_gpt2."""
     check_gpt2_architecture(cfg)
     return {
         "architectures": ["GPT2LMHeadModel"],
@@ -116,7 +124,9 @@ def hf_config_from(cfg: GPTConfig) -> dict:
 
 
 def check_gpt2_architecture(cfg: GPTConfig) -> None:
-    """Raise unless `cfg` has GPT-2's architecture (any size)."""
+    """Raise unless `cfg` has GPT-2's architecture (any size).
+
+    Not taught in a notebook: a step of save_hf_gpt2."""
     want = {
         "norm": "layernorm",
         "norm_placement": "pre",
@@ -135,7 +145,9 @@ def check_gpt2_architecture(cfg: GPTConfig) -> None:
 
 
 def expected_hf_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor a GPT-2 folder must hold (names without the 'transformer.' prefix)."""
+    """Every tensor a GPT-2 folder must hold (names without the 'transformer.' prefix).
+
+    Not taught in a notebook: a step of load_hf_gpt2."""
     V, T, d = cfg.vocab_size, cfg.block_size, cfg.n_embd
     shapes = {"wte.weight": (V, d), "wpe.weight": (T, d), "ln_f.weight": (d,), "ln_f.bias": (d,)}
     per_block = {
@@ -160,7 +172,9 @@ def expected_hf_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
 
 
 def gptlib_name(hf_name: str) -> tuple[str, bool]:
-    """HF tensor name (no prefix) -> (gptlib state-dict name, transpose?)."""
+    """HF tensor name (no prefix) -> (gptlib state-dict name, transpose?).
+
+    Not taught in a notebook: a step of load_hf_gpt2."""
     if hf_name in TABLE_NAMES:
         return TABLE_NAMES[hf_name], False
     if hf_name.startswith(("ln_f.", "lm_head.")):
@@ -171,7 +185,9 @@ def gptlib_name(hf_name: str) -> tuple[str, bool]:
 
 
 def gptlib_state_dict(hf_tensors: dict, cfg: GPTConfig, source: str = "weights") -> dict:
-    """HF GPT-2 tensors -> a state dict for gptlib's GPT, every name and shape checked."""
+    """HF GPT-2 tensors -> a state dict for gptlib's GPT, every name and shape checked.
+
+    Not taught in a notebook: a step of load_hf_gpt2."""
     # GPT2LMHeadModel saves 'transformer.h.0...'; GPT2Model (and OpenAI's upload) 'h.0...'.
     tensors = {k.removeprefix("transformer."): v for k, v in hf_tensors.items()}
     expected = expected_hf_shapes(cfg)
@@ -205,7 +221,9 @@ def gptlib_state_dict(hf_tensors: dict, cfg: GPTConfig, source: str = "weights")
 
 
 def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
-    """gptlib GPT -> tensors named and laid out as GPT2LMHeadModel saves them."""
+    """gptlib GPT -> tensors named and laid out as GPT2LMHeadModel saves them.
+
+    Not taught in a notebook: a step of save_hf_gpt2."""
     cfg = model.cfg
     check_gpt2_architecture(cfg)
     own = model.state_dict()
@@ -219,7 +237,9 @@ def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
 
 
 def read_hf_folder(folder: str | os.PathLike) -> tuple[dict, dict, str]:
-    """(config dict, tensors, weights path) of a Hugging Face GPT-2 folder."""
+    """(config dict, tensors, weights path) of a Hugging Face GPT-2 folder.
+
+    Not taught in a notebook: a step of load_hf_gpt2."""
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         raise FileNotFoundError(
@@ -256,7 +276,9 @@ def load_hf_gpt2(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> GPT:
-    """A local Hugging Face GPT-2 folder -> gptlib GPT with its weights, in eval mode."""
+    """A local Hugging Face GPT-2 folder -> gptlib GPT with its weights, in eval mode.
+
+    Taught in notebook 16 (gpt2)."""
     hf_cfg, tensors, weights_path = read_hf_folder(folder)
     cfg = config_from_hf(hf_cfg, os.path.join(os.fspath(folder), CONFIG_FILE))
     state = gptlib_state_dict(tensors, cfg, weights_path)
@@ -276,7 +298,9 @@ def load_hf_gpt2(
 
 
 def save_hf_gpt2(model: GPT, folder: str | os.PathLike) -> None:
-    """Write `model` as a Hugging Face GPT-2 folder: config.json and model.safetensors."""
+    """Write `model` as a Hugging Face GPT-2 folder: config.json and model.safetensors.
+
+    Taught in notebook 16 (gpt2)."""
     from safetensors.torch import save_file
 
     tensors = hf_state_dict(model)

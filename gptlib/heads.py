@@ -4,6 +4,8 @@
 it looks, and how much weight it puts on position 0, on the previous token, on the token itself and
 on the start of the current document (the latest BOS). `heads_off` switches heads off, so the loss
 can say how much the model needs them.
+
+Notebook 04 (multi head) teaches this module.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ HEAD_STATS = ("mean distance", "to pos 0", "to previous", "to itself", "to name 
 
 def latest_start(windows: torch.Tensor, bos_id: int) -> torch.Tensor:
     """For every position, the position of the latest BOS at or before it, -1 where the window
-    has none yet. windows: [B, n] token ids -> [B, n]."""
+    has none yet. windows: [B, n] token ids -> [B, n].
+
+    Taught in notebook 04 (multi head)."""
     pos = torch.arange(windows.size(1), device=windows.device).expand_as(windows)
     return torch.where(windows == bos_id, pos, -1).cummax(dim=1).values
 
@@ -34,7 +38,9 @@ def head_stats(
     "position 0", "the previous token" (key i-1) and "itself" (key i) are three different keys.
     Per query i with weights w_ij the five numbers are: sum_j w_ij (i - j); w_i0; w_i,i-1; w_ii;
     and w_is for s the latest BOS at or before i (queries with no BOS before them are skipped in
-    that column only). Columns may overlap: the previous token can be the BOS."""
+    that column only). Columns may overlap: the previous token can be the BOS.
+
+    Taught in notebook 04 (multi head)."""
     L, B, h, n, _ = maps.shape
     if windows.shape != (B, n):
         raise ValueError(f"windows {tuple(windows.shape)} do not match maps {tuple(maps.shape)}")
@@ -62,7 +68,9 @@ def head_stats(
 def heads_off(model: nn.Module, layer: int, heads: Sequence[int]) -> Iterator[None]:
     """Inside the `with` block, the given heads of one layer output zeros: their d_h features are
     zeroed just before the output projection W_O (a forward pre-hook on `proj`), so nothing they
-    computed reaches the rest of the model. The hook is removed on leaving the block."""
+    computed reaches the rest of the model. The hook is removed on leaving the block.
+
+    Taught in notebook 04 (multi head)."""
     attn = model.blocks[layer].attn
     for head in heads:
         if not 0 <= head < attn.n_head:

@@ -8,6 +8,8 @@ Learned absolute positions cannot slide: position p always reads row p of the po
 which has `block_size` rows. A cache therefore holds at most `block_size` positions and refuses
 one more; what `generate` does when it is full is described there (it rebuilds the cache from
 the last `block_size // 2` tokens).
+
+Notebook 13 (kv cache) teaches this module.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ class KVCache:
     """Per layer, keys and values of shape [B, h, n, d_h] for the n positions seen so far.
 
     Storage is allocated once at full size [B, h, T, d_h] and filled from the left; `length` is n.
+
+    Taught in notebook 13 (kv cache).
     """
 
     def __init__(
@@ -90,7 +94,9 @@ class KVCache:
 def memory_bytes(
     n_layer: int, batch_size: int, n_head: int, n: int, head_dim: int, bytes_per: int = 4
 ) -> int:
-    """2 (keys and values) * L * B * h * n * d_h * bytes per element."""
+    """2 (keys and values) * L * B * h * n * d_h * bytes per element.
+
+    Taught in notebook 13 (kv cache)."""
     return 2 * n_layer * batch_size * n_head * n * head_dim * bytes_per
 
 
@@ -103,6 +109,8 @@ def forward_flops(cfg: GPTConfig, n_new: int, n_past: int = 0, batch_size: int =
       output projection 2*n*d*d, MLP 2*n*d*4d*2  ->  24*n*d^2 + 4*n*k*d;
     then the output head 2*n*d*V (every fed position gets logits).
     Recompute step at length t: forward_flops(cfg, t). Cached step: forward_flops(cfg, 1, t - 1).
+
+    Taught in notebook 13 (kv cache).
     """
     d, n, k = cfg.n_embd, n_new, n_past + n_new
     per_layer = 24 * n * d * d + 4 * n * k * d

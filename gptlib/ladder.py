@@ -8,6 +8,8 @@ the norms inside `Block`), at microgpt's sizes (d 16, block 8), and trained the 
 3. `four heads`: the same attention cut into 4 heads of d / 4.
 4. `+ MLP`: attention, then the position-wise MLP, still no residual and no norm.
 5. `+ residuals and norms`: the full pre-norm microgpt, which is gptlib's `GPT` itself.
+
+Notebook 14 (your gpt) teaches this module.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ RUNGS = ("bigram", "one head", "four heads", "+ MLP", "+ residuals and norms")
 class PartialGPT(nn.Module):
     """A GPT with pieces left out: embeddings -> [attention] -> [MLP] -> output head, with no
     residual path and no norm. Same interface as `GPT` (forward(idx, labels) -> logits, loss),
-    so `train` and `estimate_loss` take it."""
+    so `train` and `estimate_loss` take it.
+
+    Not taught in a notebook: notebook 14's ladder is built from it through gptlib.exercises."""
 
     def __init__(self, cfg: GPTConfig, attention: bool = True, mlp: bool = True):
         super().__init__()
@@ -60,7 +64,9 @@ class PartialGPT(nn.Module):
 
 
 def build_rung(name: str, vocab_size: int = 27) -> nn.Module:
-    """One rung of the ladder, freshly initialised (seed torch first for a repeatable start)."""
+    """One rung of the ladder, freshly initialised (seed torch first for a repeatable start).
+
+    Not taught in a notebook: notebook 14's ladder is built from it through gptlib.exercises."""
     if name not in RUNGS:
         raise ValueError(f"unknown rung {name!r}; the rungs are {', '.join(RUNGS)}")
     cfg = microgpt(vocab_size, n_head=1 if name == "one head" else 4)
@@ -71,6 +77,8 @@ def build_rung(name: str, vocab_size: int = 27) -> nn.Module:
 
 @dataclass
 class Rung:
+    """Not taught in a notebook: notebook 14's ladder is built from it through gptlib.exercises."""
+
     name: str
     parameters: int
     val_loss: float
@@ -87,7 +95,9 @@ def climb(
 ) -> list[Rung]:
     """Train every rung with the same steps, batches, schedule (100 warmup steps, then a cosine
     down to `min_lr`, a tenth of max_lr by default) and seed, and measure each on the validation
-    tokens."""
+    tokens.
+
+    Not taught in a notebook: notebook 14's ladder is built from it through gptlib.exercises."""
     results = []
     for name in RUNGS:
         torch.manual_seed(seed)

@@ -1,4 +1,6 @@
-"""The position-wise feed-forward network: d -> 4d -> d with a nonlinearity in between."""
+"""The position-wise feed-forward network: d -> 4d -> d with a nonlinearity in between.
+
+Notebook 07 (mlp) teaches this module."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ ACTIVATIONS = {
 
 
 class MLP(nn.Module):
+    """Taught in notebook 07 (mlp)."""
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)

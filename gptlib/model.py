@@ -1,4 +1,6 @@
-"""The GPT: embeddings, L identical blocks, a final norm and the output head."""
+"""The GPT: embeddings, L identical blocks, a final norm and the output head.
+
+Notebook 14 (your gpt) teaches this module."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ class Block(nn.Module):
 
     pre-norm (textbook chapter 2):  x = x + attn(norm1(x));  x = x + mlp(norm2(x))
     post-norm (textbook chapter 3): x = norm1(x + attn(x));  x = norm2(x + mlp(x))
+
+    Taught in notebook 05 (residual).
     """
 
     def __init__(self, cfg: GPTConfig, layer_idx: int = 0):
@@ -39,6 +43,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    """Taught in notebook 14 (your gpt)."""
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
@@ -145,7 +151,9 @@ class GPT(nn.Module):
 
 def parameter_formula(cfg: GPTConfig) -> int:
     """The parameter count in closed form. For the `textbook` preset (tied, no Linear biases,
-    LayerNorm with bias) it is V*d + T*d + 12*L*d^2 + (4L+2)*d."""
+    LayerNorm with bias) it is V*d + T*d + 12*L*d^2 + (4L+2)*d.
+
+    Taught in notebook 08 (logits)."""
     V, T, d, L = cfg.vocab_size, cfg.block_size, cfg.n_embd, cfg.n_layer
     per_norm = d * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
     linear_bias = (3 * d + d + 4 * d + d) if cfg.bias else 0  # qkv, proj, fc, proj

@@ -1,4 +1,6 @@
-"""Normalisation per token, over its d features: RMSNorm written out, LayerNorm on the fused kernel."""
+"""Normalisation per token, over its d features: RMSNorm written out, LayerNorm on the fused kernel.
+
+Notebook 06 (normalisation) teaches this module."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from gptlib.config import GPTConfig
 
 
 class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * gain. No centring, no bias; one gain per feature."""
+    """x / sqrt(mean(x^2) + eps) * gain. No centring, no bias; one gain per feature.
+
+    Taught in notebook 06 (normalisation)."""
 
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
@@ -25,7 +29,9 @@ class RMSNorm(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """(x - mean) / sqrt(var + eps) * gain (+ bias), statistics over the last dimension."""
+    """(x - mean) / sqrt(var + eps) * gain (+ bias), statistics over the last dimension.
+
+    Taught in notebook 06 (normalisation)."""
 
     def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True):
         super().__init__()
@@ -41,6 +47,7 @@ class LayerNorm(nn.Module):
 
 
 def make_norm(cfg: GPTConfig) -> nn.Module:
+    """Not taught in a notebook: how Block and GPT pick the norm the config names."""
     if cfg.norm == "rmsnorm":
         return RMSNorm(cfg.n_embd)
     return LayerNorm(cfg.n_embd, bias=cfg.norm_bias)

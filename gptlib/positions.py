@@ -3,6 +3,8 @@
 The original Transformer (Vaswani et al., 2017) did not learn its position vectors: row `pos`
 of its table is a set of sines and cosines of `pos` at geometrically spaced frequencies. `GPT`
 learns its `pos_emb` instead; notebook 01 puts the two tables side by side.
+
+Notebook 01 (embeddings) teaches this module.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ def sinusoidal_positions(n_positions: int, dim: int, base: float = 10000.0) -> t
     So row 0 is (0, 1, 0, 1, ...), every value lies in [-1, 1], every row has the same length
     sqrt(dim / 2), and the dot product of rows p and q depends only on p - q. Nothing is learned,
     and the table is defined for any position: a longer context only needs more rows.
+
+    Taught in notebook 01 (embeddings).
     """
     if n_positions < 1:
         raise ValueError(f"n_positions must be at least 1, got {n_positions}")

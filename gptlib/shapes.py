@@ -32,7 +32,9 @@ from gptlib.model import GPT, IGNORE_INDEX
 class Table:
     """Rows of values under named columns. Values are shown as given (format numbers first).
 
-    `print(table)` gives aligned text; Jupyter shows the HTML version."""
+    `print(table)` gives aligned text; Jupyter shows the HTML version.
+
+    Taught in notebook 00 (data and tokens)."""
 
     def __init__(
         self,
@@ -108,7 +110,9 @@ def columns_table(
     """A `Table` built column by column: `columns` maps each header to its values, all of one
     length. Floats (and one-element tensors holding a float) are shown with `decimals` decimals,
     one number for every column or a mapping from header to decimals (2 for a header it leaves
-    out); ints and everything else are shown as given."""
+    out); ints and everything else are shown as given.
+
+    Taught in notebook 03 (scaled attention)."""
     lengths = {name: len(values) for name, values in columns.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"columns of different lengths: {lengths}")
@@ -134,7 +138,9 @@ def columns_table(
 
 
 def letter_sizes(cfg: GPTConfig, B: int | None = None, n: int | None = None) -> dict[str, int]:
-    """Every letter the tables use, with its size. The order is the default tie-break."""
+    """Every letter the tables use, with its size. The order is the default tie-break.
+
+    Not taught in a notebook: the sizes symbolic_shape and shape_table put for the letters."""
     sizes = {}
     if B is not None:
         sizes["B"] = B
@@ -163,6 +169,8 @@ def symbolic_shape(
     no letter has stays a number. `hint` (one letter per dimension, the tensor's role) only breaks
     ties between letters of equal size: it can never give a dimension a letter of another size.
     A hint that is the size itself as a number ("1") keeps that dimension a plain number.
+
+    Taught in notebook 04 (multi head).
     """
     shape = tuple(int(s) for s in shape)
     if hint is not None and len(hint) != len(shape):
@@ -209,6 +217,8 @@ def shape_table(model: GPT, idx: torch.Tensor, labels: torch.Tensor | None = Non
     (dropout off, so the kept attention weights are the ones applied) and without gradients.
     With labels, the loss's own steps follow: the shifted logits and labels, flattened, and the
     scalar loss (recomputed with GPT.loss's slicing and checked equal to the model's loss).
+
+    Taught in notebook 00 (data and tokens).
     """
     cfg = model.cfg
     B, n = idx.shape
@@ -386,7 +396,9 @@ PARAMETER_COLUMNS = ["name", "shape", "symbolic", "count", "shared with"]
 def parameter_table(model: GPT) -> Table:
     """Every parameter by name. A tied tensor (lm_head.weight is tok_emb.weight) is listed under
     each name but counted once, under the first, so the counts add up to `.total`, which equals
-    `model.num_parameters()`."""
+    `model.num_parameters()`.
+
+    Taught in notebook 08 (logits)."""
     cfg = model.cfg
     owners: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):

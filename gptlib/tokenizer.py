@@ -1,4 +1,6 @@
-"""Characters to integer ids and back: the simplest tokenizer a language model can have."""
+"""Characters to integer ids and back: the simplest tokenizer a language model can have.
+
+Notebook 00 (data and tokens) teaches this module."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ class CharTokenizer:
     For a corpus made of separate documents (names, say) an extra BOS ("beginning of sequence")
     token marks where one document ends and the next begins. It is shown as `bos` (default ".")
     when decoding and takes the last id, so the 26 letters keep ids 0..25 and BOS is 26.
+
+    Taught in notebook 00 (data and tokens).
     """
 
     def __init__(self, chars: Iterable[str], bos: str | None = None):

@@ -1,4 +1,6 @@
-"""The training loop: batch, forward, zero_grad, backward, clip, step, in that order."""
+"""The training loop: batch, forward, zero_grad, backward, clip, step, in that order.
+
+Notebook 10 (training loop) teaches this module."""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ def learning_rate(
     min_lr: float = 0.0,
 ) -> float:
     """Linear warmup over `warmup` steps (step 0 already gets max_lr / warmup, never 0), then
-    either constant or a cosine decay to `min_lr` at `total_steps`."""
+    either constant or a cosine decay to `min_lr` at `total_steps`.
+
+    Taught in notebook 10 (training loop)."""
     if schedule not in ("constant", "cosine"):
         raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}")
     if warmup > 0 and step < warmup:
@@ -39,6 +43,8 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float = 0.1) -> list[
     """Decay matrices and embeddings (>= 2-D); leave gains and biases (1-D) alone.
 
     `named_parameters()` yields a tied Parameter once, so it is optimised once.
+
+    Taught in notebook 10 (training loop).
     """
     decay, no_decay = [], []
     for _, p in model.named_parameters():
@@ -56,6 +62,7 @@ def make_optimizer(
     weight_decay: float = 0.1,
     betas: tuple[float, float] = (0.9, 0.95),
 ) -> torch.optim.AdamW:
+    """Taught in notebook 10 (training loop)."""
     groups = parameter_groups(model, weight_decay)
     # The fused kernel updates every tensor in one pass (about 5x faster than the per-tensor
     # loop on a CPU); it exists for CPU and CUDA tensors.
@@ -65,7 +72,9 @@ def make_optimizer(
 
 @dataclass
 class History:
-    """What happened during training, one entry per step (val entries every `eval_every`)."""
+    """What happened during training, one entry per step (val entries every `eval_every`).
+
+    Not taught in a notebook: what train returns; notebooks read its fields."""
 
     step: list[int] = field(default_factory=list)
     lr: list[float] = field(default_factory=list)
@@ -95,7 +104,9 @@ def estimate_loss(
     n_batches: int = 50,
     seed: int = 1234,
 ) -> float:
-    """Mean loss over `n_batches` random windows drawn with a fixed seed (same windows each call)."""
+    """Mean loss over `n_batches` random windows drawn with a fixed seed (same windows each call).
+
+    Taught in notebook 11 (when training goes wrong)."""
     was_training = model.training
     model.eval()
     losses = [
@@ -110,7 +121,9 @@ def eval_batches(
     model: GPT, tokens: torch.Tensor, batch_size: int = 32, n_batches: int = 50, seed: int = 1234
 ):
     """The (idx, labels) batches `estimate_loss` scores: the same windows for the same seed, on the
-    model's device, each as long as the model's window allows."""
+    model's device, each as long as the model's window allows.
+
+    Not taught in a notebook: estimate_loss's fixed windows, kept apart for the exercise checks."""
     g = torch.Generator().manual_seed(seed)
     block = min(model.cfg.block_size, tokens.numel() - 1)
     device = model.lm_head.weight.device
@@ -164,6 +177,8 @@ def train(
     history so far (with `interrupted=True`). `should_stop`, polled after every step, stops the
     same way when it returns True: the command line turns Ctrl-C into that, so a run stops only
     between steps (see `gptlib.run`). Same model init + same seed -> same history.
+
+    Taught in notebook 10 (training loop).
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")

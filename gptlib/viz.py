@@ -70,7 +70,9 @@ def _highlighted(highlight, labels: Sequence[str]) -> set[int]:
 
 def masked_future(weights) -> np.ndarray:
     """The weights as an array with NaN where a query may not look (above the diagonal, where
-    the causal mask left an exact 0), so the picture shows those cells empty, not as 'zero'."""
+    the causal mask left an exact 0), so the picture shows those cells empty, not as 'zero'.
+
+    Not taught in a notebook: the masking every attention plot applies."""
     w = _array(weights).copy()  # [..., n, n]
     future = np.triu(np.ones(w.shape[-2:], dtype=bool), k=1)  # True above the diagonal
     w[np.broadcast_to(future, w.shape) & (w == 0)] = np.nan
@@ -83,7 +85,9 @@ def _attention_cmap():
 
 def position_labels(tokens: Sequence[str], bos: str | None = ".") -> list[str]:
     """Tick labels that tell repeated letters apart and make the start symbol visible:
-    '.olivia' -> ['BOS 0', 'o 1', 'l 2', 'i 3', 'v 4', 'i 5', 'a 6']."""
+    '.olivia' -> ['BOS 0', 'o 1', 'l 2', 'i 3', 'v 4', 'i 5', 'a 6'].
+
+    Taught in notebook 02 (qkv)."""
     return [f"{'BOS' if bos is not None and t == bos else t} {i}" for i, t in enumerate(tokens)]
 
 
@@ -127,7 +131,9 @@ def _one_map(weights, tokens, caller: str) -> tuple[np.ndarray, list[str]]:
 def plot_attention(weights, tokens, title: str | None = None, ax: Axes | None = None) -> Figure:
     """One attention map. weights: [n, n], row = query position, column = key position;
     tokens: str or list of n symbols labelling both axes, shown with their positions ('i 3').
-    Maps of up to 10 positions print each weight in its cell."""
+    Maps of up to 10 positions print each weight in its cell.
+
+    Taught in notebook 03 (scaled attention)."""
     w, labels = _one_map(weights, tokens, "plot_attention")
     if ax is None:
         fig, axes = _new_figure(figsize=(5.8, 5.0))
@@ -145,7 +151,9 @@ def plot_attention(weights, tokens, title: str | None = None, ax: Axes | None = 
 def plot_attention_panel(weights, tokens, title: str) -> Figure:
     """One attention map drawn small (about 2 inches, no colour bar, tokens on both axes), for
     showing many heads side by side as separate pictures. weights: [n, n]. The colour scale is
-    fixed at 0 to 1, as in every attention picture here, so panels can be compared by eye."""
+    fixed at 0 to 1, as in every attention picture here, so panels can be compared by eye.
+
+    Not taught in a notebook: one panel of the attention widgets."""
     w, labels = _one_map(weights, tokens, "plot_attention_panel")
     fig, axes = _new_figure(figsize=(PANEL + 0.3, PANEL + 0.3))
     ax = axes[0, 0]
@@ -155,7 +163,9 @@ def plot_attention_panel(weights, tokens, title: str) -> Figure:
 
 
 def figure_png(fig: Figure, dpi: int = 80) -> bytes:
-    """The figure as PNG bytes (for an image widget)."""
+    """The figure as PNG bytes (for an image widget).
+
+    Not taught in a notebook: the widgets show figures as PNG images."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
@@ -165,7 +175,9 @@ def plot_attention_grid(
     weights, tokens, title: str | None = None, layer_names: Sequence[str] | None = None
 ) -> Figure:
     """Many heads at once. weights: [h, n, n] (one row of heads) or [L, h, n, n] (one row per
-    layer, one column per head). A single row of more than 4 heads wraps onto rows of 4."""
+    layer, one column per head). A single row of more than 4 heads wraps onto rows of 4.
+
+    Taught in notebook 04 (multi head)."""
     w = _array(weights)
     if w.ndim == 3:
         w = w[None]  # [1, h, n, n]
@@ -219,7 +231,9 @@ def plot_heatmap(
     """Any 2-D tensor as coloured cells (an embedding table, q.k scores, a weight matrix).
 
     center_zero: symmetric colour limits around 0, and a diverging colour map (red above zero,
-    blue below) unless another `cmap` is given: signs are then visible at a glance."""
+    blue below) unless another `cmap` is given: signs are then visible at a glance.
+
+    Taught in notebook 01 (embeddings)."""
     m = _array(matrix)
     if m.ndim != 2:
         raise ValueError(f"plot_heatmap wants a 2-D matrix, got shape {m.shape}")
@@ -263,7 +277,9 @@ def plot_curves(
     """Several y(x) curves on one axes. ys: label -> values (as long as x), or a 2-D array
     [runs, len(x)] of several runs (seeds) of one setting: each run drawn thin, their mean bold,
     one legend entry; hlines: label -> y, reference lines across, each with its own colour and
-    dash; styles: label -> extra keyword arguments for that curve's `plot`."""
+    dash; styles: label -> extra keyword arguments for that curve's `plot`.
+
+    Taught in notebook 03 (scaled attention)."""
     fig, axes = _new_figure()
     _draw_curves(axes[0, 0], x, ys, xlabel, ylabel, title, logx, logy, hlines, styles)
     return fig
@@ -274,7 +290,9 @@ def plot_curve_panels(
 ) -> Figure:
     """Curves over the same x in panels side by side, one y-axis per panel, so quantities in
     different units never share an axis. panels: one mapping per panel with the keys `ys` and
-    `ylabel` and, optionally, `title`, `logy`, `hlines` and `styles` (as in `plot_curves`)."""
+    `ylabel` and, optionally, `title`, `logy`, `hlines` and `styles` (as in `plot_curves`).
+
+    Taught in notebook 03 (scaled attention)."""
     if not panels:
         raise ValueError("plot_curve_panels wants at least one panel")
     fig, axes = _new_figure(1, len(panels), figsize=(FIGSIZE[0] / 1.5 * len(panels), FIGSIZE[1]))
@@ -344,7 +362,9 @@ def plot_bars(
     xlabel: str | None = None,
     highlight=None,
 ) -> Figure:
-    """One bar per label; `highlight` (an index, a label or a list of them) is drawn in orange."""
+    """One bar per label; `highlight` (an index, a label or a list of them) is drawn in orange.
+
+    Taught in notebook 00 (data and tokens)."""
     fig, axes = _new_figure()
     ax = axes[0, 0]
     _draw_bars(ax, _array(values).reshape(-1), labels, highlight)
@@ -362,7 +382,9 @@ def plot_next_token_probs(
     temperature: float | None = None,
     highlight=None,
 ) -> Figure:
-    """The next-token distribution: probs [V] over the V symbols in `labels`."""
+    """The next-token distribution: probs [V] over the V symbols in `labels`.
+
+    Taught in notebook 12 (generation)."""
     p = _array(probs).reshape(-1)
     fig, axes = _new_figure()
     ax = axes[0, 0]
@@ -386,7 +408,9 @@ def plot_next_token_probs_by_temperature(
 ) -> Figure:
     """Next-token distributions at several temperatures, one panel per temperature stacked on
     one shared y axis (0 to the largest probability of all), so that a flatter distribution
-    looks flatter. probs_by_temperature: {temperature: probs [V]}; 0 is labelled greedy."""
+    looks flatter. probs_by_temperature: {temperature: probs [V]}; 0 is labelled greedy.
+
+    Taught in notebook 08 (logits)."""
     if not probs_by_temperature:
         raise ValueError("give at least one temperature")
     rows = [(t, _array(p).reshape(-1)) for t, p in probs_by_temperature.items()]
@@ -416,7 +440,9 @@ def plot_next_token_probs_by_temperature(
 
 
 def uniform_loss(vocab_size: int) -> float:
-    """ln V: the cross-entropy of a model that gives every symbol probability 1/V."""
+    """ln V: the cross-entropy of a model that gives every symbol probability 1/V.
+
+    Not taught in a notebook: the ln V reference line of the loss plots."""
     return math.log(vocab_size)
 
 
@@ -458,14 +484,18 @@ def plot_loss(
     history, vocab_size: int | None = None, title: str = "Training loss", baseline=None
 ) -> Figure:
     """Train loss per step and val loss at its evaluation steps, from a `gptlib.train.History`.
-    A dashed line marks ln V, the loss of a uniform guess: a model starts near it."""
+    A dashed line marks ln V, the loss of a uniform guess: a model starts near it.
+
+    Taught in notebook 10 (training loop)."""
     fig, axes = _new_figure()
     _draw_loss(axes[0, 0], history, vocab_size, title, baseline)
     return fig
 
 
 def running_mean(values, window: int) -> np.ndarray:
-    """The mean of each `window` consecutive values: len(values) - window + 1 of them."""
+    """The mean of each `window` consecutive values: len(values) - window + 1 of them.
+
+    Taught in notebook 11 (when training goes wrong)."""
     v = _array(values).reshape(-1)
     if not 1 <= window <= len(v):
         raise ValueError(f"window must be between 1 and {len(v)}, got {window}")
@@ -486,7 +516,9 @@ def plot_loss_runs(
     runs: label -> `gptlib.train.History`. With `smooth` > 1 each curve is the running mean of
     the last `smooth` steps (drawn at the last of them), so runs whose per-batch losses are noisy
     can be told apart. ln V and the baselines are drawn as in `plot_loss`; styles: label -> extra
-    keyword arguments for that run's line (colour, dash)."""
+    keyword arguments for that run's line (colour, dash).
+
+    Taught in notebook 11 (when training goes wrong)."""
     if not runs:
         raise ValueError("plot_loss_runs needs at least one run")
     fig, axes = _new_figure()
@@ -535,6 +567,8 @@ class LiveLossPlot:
     shows one picture that changes, not hundreds). `finish()` (called on leaving the `with`,
     also after Ctrl-C) draws the final curve, leaves it in the cell as a static image and returns
     the Figure. Outside IPython the in-between redraws are skipped.
+
+    Taught in notebook 10 (training loop).
     """
 
     def __init__(self, vocab_size: int | None = None, every: int = 25, baseline=None):
@@ -583,7 +617,9 @@ class LiveLossPlot:
 
 
 def plot_lr_schedule(steps, lrs, title: str = "Learning-rate schedule") -> Figure:
-    """Learning rate against step (e.g. from `gptlib.train.learning_rate`)."""
+    """Learning rate against step (e.g. from `gptlib.train.learning_rate`).
+
+    Taught in notebook 10 (training loop)."""
     fig, axes = _new_figure()
     ax = axes[0, 0]
     ax.plot(_array(steps), _array(lrs), color=PLAIN)
@@ -597,7 +633,9 @@ def plot_lr_schedule(steps, lrs, title: str = "Learning-rate schedule") -> Figur
 
 def plot_grad_norm(history, clip: float | None = None, title: str = "Gradient norm") -> Figure:
     """The global gradient norm before clipping, per step; the clip threshold dashed (taken from
-    `history.clip` unless given)."""
+    `history.clip` unless given).
+
+    Taught in notebook 10 (training loop)."""
     clip = clip if clip is not None else getattr(history, "clip", None)
     fig, axes = _new_figure()
     ax = axes[0, 0]
@@ -622,7 +660,9 @@ def pca_2d(weight) -> torch.Tensor:
     """The rows of a [V, d] table projected on its two main directions: [V, 2].
 
     Centre the rows, take the SVD, keep the first two right-singular vectors. Each direction's
-    sign is fixed (its largest component positive) so the picture does not flip between runs."""
+    sign is fixed (its largest component positive) so the picture does not flip between runs.
+
+    Taught in notebook 01 (embeddings)."""
     w = torch.as_tensor(weight).detach().to("cpu", torch.float64)
     if w.dim() != 2 or w.size(1) < 2:
         raise ValueError(f"pca_2d wants a [V, d] table with d >= 2, got {tuple(w.shape)}")
@@ -635,7 +675,9 @@ def pca_2d(weight) -> torch.Tensor:
 
 
 def plot_embeddings_2d(weight, labels: Sequence[str], title: str | None = None) -> Figure:
-    """A [V, d] embedding table as V labelled points in 2-D (PCA through the SVD)."""
+    """A [V, d] embedding table as V labelled points in 2-D (PCA through the SVD).
+
+    Taught in notebook 01 (embeddings)."""
     w = torch.as_tensor(weight).detach().to("cpu", torch.float64)
     if len(labels) != w.size(0):
         raise ValueError(f"got {len(labels)} labels for {w.size(0)} rows")
@@ -663,7 +705,9 @@ def plot_ladder(
 ) -> Figure:
     """One loss per rung of a ladder of models, left to right as pieces are added, each point
     labelled with its value; baselines (label -> loss) are reference lines, each its own colour
-    and dash."""
+    and dash.
+
+    Taught in notebook 14 (your gpt)."""
     values = _array(losses)
     if values.ndim != 1 or len(names) != len(values):
         raise ValueError(f"got {len(names)} names for losses of shape {values.shape}")
@@ -740,7 +784,9 @@ def plot_model_diagram(notebook: str | None = None, highlight: Sequence[str] = (
     labelled with what it computes and the notebook that teaches it. `notebook` ("03") highlights
     what that notebook builds ("you are here"); `highlight` names boxes (keys of DIAGRAM_PARTS)
     to highlight instead. The block (norm → attention → residual → norm → MLP → residual) is
-    framed and marked × L: it repeats."""
+    framed and marked × L: it repeats.
+
+    Taught in notebook 00 (data and tokens)."""
     if notebook is not None:
         if notebook not in NOTEBOOK_PARTS:
             raise ValueError(

@@ -93,7 +93,9 @@ def temperature_explorer(
 
     Attributes: .temperature, .top_k (sliders); .plot_output, .samples_output (Output widgets);
     .probs ([V], the distribution last drawn), .samples (list[str]), .samples_text (what the
-    samples area shows), .figure."""
+    samples area shows), .figure.
+
+    Taught in notebook 08 (logits)."""
     ids = tokenizer.encode(context)[-model.cfg.block_size :]  # crop to what the model can read
     if not ids:
         raise ValueError("the context is empty: give at least one character (e.g. the BOS '.')")
@@ -181,6 +183,8 @@ def heads_explorer(
     Image widget per map, with the CSS class gptlib-layer-<l>-head-<j>), .layer / .head (IntSliders,
     None without a textbook-preset model), .maps ([L, h, n, n] last shown), .tokens, .textbook_maps,
     .textbook_weights ([n, n] last shown), .error (the message shown for an unreadable context).
+
+    Taught in notebook 04 (multi head).
     """
     if not checkpoints:
         raise ValueError("give at least one checkpoint: {head count: path}")
@@ -320,7 +324,9 @@ def scaled_attention_row(
     """One query against 16 keys, entries drawn from N(0, 1): returns (scores [16], weights [16]).
 
     A dot product of two such d_k-vectors has variance d_k, so without the 1/sqrt(d_k) the
-    scores spread more as d_k grows and the softmax piles onto one key."""
+    scores spread more as d_k grows and the softmax piles onto one key.
+
+    Taught in notebook 03 (scaled attention)."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(d_k, generator=g)  # [d_k]
     keys = torch.randn(NUM_KEYS, d_k, generator=g)  # [16, d_k]
@@ -335,7 +341,9 @@ def attention_scale_explorer(seed: int = 0) -> W.VBox:
     weights of one query over 16 random keys.
 
     Attributes: .d_k (SelectionSlider), .scaled (Checkbox), .scores, .weights ([16]), .entropy
-    (nats; ln 16 = 2.77 is uniform, 0 is one-hot), .max_weight, .plot_output, .figure."""
+    (nats; ln 16 = 2.77 is uniform, 0 is one-hot), .max_weight, .plot_output, .figure.
+
+    Taught in notebook 03 (scaled attention)."""
     d_k = W.SelectionSlider(options=[2**i for i in range(10)], value=64, description="d_k")
     scaled = W.Checkbox(value=True, description="divide by √d_k")
     plot_output = W.Output()

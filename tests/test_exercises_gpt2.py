@@ -1,14 +1,14 @@
-"""Notebook 16's check: GPT-2's state dict in gptlib's layout. The stub says it is not written
-yet, the reference passes and agrees with gptlib's converter, each typical slip gets its own
-hint, and the library's converter is refused while the reader's function runs."""
+"""Notebook 16's check: GPT-2's state dict in gptlib's layout. The reference agrees with gptlib's
+converter and with transformers, each slip of the table is named by its row, the promised ones (the
+fc/proj swap, a Conv1D weight left [in, out] named by its shape) by what they mean, and the
+library's converter is refused."""
 
 import pytest
 import torch
 
-from gptlib import exercises
 from gptlib.config import gpt2
 from gptlib.exercises import gpt2 as ex_gpt2
-from gptlib.exercises.checking import not_written, refusal_message
+from gptlib.exercises.checking import refusal_message
 from gptlib.exercises.table import REFUSALS
 from gptlib.gpt2 import BLOCK_NAMES, TABLE_NAMES, gptlib_name, gptlib_state_dict
 from gptlib.model import GPT
@@ -20,29 +20,9 @@ def _says(result, text: str) -> bool:
     return not result.passed and text in result.message
 
 
-def test_exported_from_the_package_and_linked_to_the_solution():
-    assert exercises.check_to_gptlib is ex_gpt2.check_to_gptlib
-    assert ex_gpt2.check_to_gptlib.solution is ex_gpt2.solution_to_gptlib
-
-
-def test_stub_is_not_written_yet():
-    def to_gptlib(hf_state):
-        raise NotImplementedError  # your code here
-
-    result = ex_gpt2.check_to_gptlib(to_gptlib)
-    assert not result.passed
-    assert result.message == not_written(NAME).message
-
-
-def test_solution_passes():
-    result = ex_gpt2.check_to_gptlib(ex_gpt2.solution_to_gptlib)
-    assert result.passed, result.message
-    assert result.message.startswith("✓ to_gptlib:")
-
-
 def test_solution_equals_the_library_and_loads_into_a_gpt():
-    cfg = gpt2(vocab_size=13, block_size=7, n_layer=2, n_head=2, n_embd=8)
-    hf_state = ex_gpt2._hf_state(cfg, torch.Generator().manual_seed(0))
+    cfg = gpt2(vocab_size=11, block_size=6, n_layer=2, n_head=2, n_embd=8)  # the seed's sizes
+    (hf_state,) = ex_gpt2._inputs(torch.Generator().manual_seed(0))
     ours, library = ex_gpt2.solution_to_gptlib(hf_state), gptlib_state_dict(hf_state, cfg)
     assert ours.keys() == library.keys()
     for name in library:
@@ -67,9 +47,12 @@ def test_solution_on_a_real_gpt2lmheadmodel_gives_the_same_logits():
         torch.testing.assert_close(model(idx)[0], hf(idx).logits, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("hint, wrong", ex_gpt2.MISTAKES, ids=lambda m: getattr(m, "__name__", ""))
+@pytest.mark.parametrize("hint, wrong", ex_gpt2.MISTAKES)
 def test_each_slip_gets_its_hint(hint, wrong):
-    result = ex_gpt2.check_to_gptlib(wrong)
+    def as_dict(hf_state):  # the row's tensors under the reference's names
+        return dict(zip(ex_gpt2.solution_to_gptlib(hf_state), wrong(hf_state), strict=True))
+
+    result = ex_gpt2.check_to_gptlib(as_dict)
     assert not result.passed
     assert result.message == f"✗ {NAME}: {hint}"
 
@@ -115,7 +98,7 @@ def test_transposing_by_shape_misses_the_square_projection():
         return t.t() if t.dim() == 2 and t.size(0) != t.size(1) else t
 
     result = ex_gpt2.check_to_gptlib(_reader(by_shape))
-    assert result.message == f"✗ {NAME}: {ex_gpt2.MISTAKES[1][0]}"
+    assert result.message == f"✗ {NAME}: {ex_gpt2.MISTAKES[0][0]}"
     assert "square" in result.message
 
 
@@ -124,13 +107,21 @@ def test_one_weight_not_transposed_is_named_by_its_shape():
         return t if part == "mlp.c_fc" else _conv1d_weights(part, param, t)
 
     result = ex_gpt2.check_to_gptlib(_reader(forgot_fc))
-    assert _says(result, "blocks.0.mlp.fc.weight has shape [8, 32], GPT-2's Conv1D layout")
+    assert result.message == (
+        "✗ to_gptlib: blocks.0.mlp.fc.weight is [8, 32], GPT-2's Conv1D layout, where gptlib's is "
+        "[32, 8] (from transformer.h.0.mlp.c_fc.weight)"
+    )
     assert "transpose" not in result.message  # the symptom, not the fix
+
+
+def test_nothing_transposed_is_named_by_the_first_weight_s_shape():
+    result = ex_gpt2.check_to_gptlib(_reader(lambda part, param, t: t))
+    assert _says(result, "blocks.0.attn.qkv.weight is [8, 24], GPT-2's Conv1D layout, where")
 
 
 def test_q_k_v_in_another_order_is_named_with_the_order():
     result = ex_gpt2.check_to_gptlib(_reader(_conv1d_weights, qkv_order=(2, 1, 0)))
-    assert _says(result, "blocks.0.attn.qkv.weight holds q, k, v in the order v, k, q")
+    assert _says(result, "attn.qkv holds q, k, v in the order v, k, q")
 
 
 def test_a_transposed_bias_gets_the_bias_hint():
@@ -149,38 +140,44 @@ def test_a_bias_given_a_second_axis_is_named():
         return t[None] if part == "attn.c_attn" and param == "bias" else t
 
     result = ex_gpt2.check_to_gptlib(_reader(column_bias))
-    assert _says(result, "blocks.0.attn.qkv.bias has shape [1, 24], expected [24]")
-    assert "a bias is 1-D" in result.message
+    assert _says(result, "blocks.0.attn.qkv.bias is [1, 24] where gptlib's is [24]")
 
 
 def test_the_prefix_kept_is_named():
     result = ex_gpt2.check_to_gptlib(_reader(_conv1d_weights, prefix="no such prefix"))
-    assert _says(result, "the names still carry GPT-2's 'transformer.' prefix")
+    assert _says(result, "the names are not gptlib's: missing ['tok_emb.weight'")
+    assert "unexpected ['transformer.wte.weight'" in result.message
 
 
 def test_gpt2_part_names_kept_are_named():
     result = ex_gpt2.check_to_gptlib(_reader(_conv1d_weights, parts={}))
-    assert _says(result, "the names are not gptlib's: missing blocks.0.ln1.weight")
-    assert "GPT-2's names for the parts are left in" in result.message
+    assert _says(result, "the names are not gptlib's: missing ['blocks.0.ln1.weight'")
+    assert "unexpected ['blocks.0.ln_1.weight'" in result.message
+
+
+def test_the_head_left_out_is_named():
+    def no_head(hf_state):
+        return {
+            k: t for k, t in ex_gpt2.solution_to_gptlib(hf_state).items() if k != "lm_head.weight"
+        }
+
+    result = ex_gpt2.check_to_gptlib(no_head)
+    assert _says(result, "the names are not gptlib's: missing ['lm_head.weight'], unexpected []")
 
 
 def test_a_tensor_under_the_wrong_name_is_named():
     parts = dict(_PARTS, **{"attn.c_proj": "mlp.proj", "mlp.c_proj": "attn.proj"})
     result = ex_gpt2.check_to_gptlib(_reader(_conv1d_weights, parts=parts))
     # attn.proj gets mlp.c_proj's numbers, converted: named as such, before the shapes
-    assert _says(
-        result,
-        "blocks.0.attn.proj.weight holds the numbers of GPT-2's transformer.h.0.mlp.c_proj.weight, "
-        "which belong in blocks.0.mlp.proj.weight",
-    )
+    assert _says(result, "blocks.0.attn.proj.weight is [8, 32] where gptlib's is [8, 8] (from")
 
 
 def test_fc_and_proj_swapped_is_named_as_a_swap():
     parts = dict(_PARTS, **{"mlp.c_fc": "mlp.proj", "mlp.c_proj": "mlp.fc"})
     result = ex_gpt2.check_to_gptlib(_reader(_conv1d_weights, parts=parts))
-    assert result.message == f"✗ {NAME}: {ex_gpt2.MISTAKES[-2][0]}"
+    assert result.message == f"✗ {NAME}: {ex_gpt2.MISTAKES[2][0]}"
     assert "mlp.fc and mlp.proj are swapped" in result.message
-    assert "transpose" not in result.message
+    assert "transpose" not in result.message and "Conv1D" not in result.message
 
 
 def test_no_message_gives_the_fix():
@@ -202,14 +199,14 @@ def test_norm_parameters_under_the_wrong_name_are_named():
     result = ex_gpt2.check_to_gptlib(and_biases_right)
     assert _says(
         result,
-        "blocks.0.ln1.weight holds the numbers of GPT-2's transformer.h.0.ln_2.weight, which "
-        "belong in blocks.0.ln2.weight",
+        "blocks.0.ln1.weight holds the numbers of transformer.h.0.ln_2.weight, which belong in "
+        "blocks.0.ln2.weight",
     )
 
 
 def test_not_a_dict():
     result = ex_gpt2.check_to_gptlib(lambda hf_state: list(hf_state.values()))
-    assert _says(result, "returned a list; return a dict")
+    assert _says(result, "it returned a list, where a dict of gptlib's names is expected")
 
 
 def test_the_input_may_be_changed_in_place():

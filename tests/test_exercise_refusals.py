@@ -34,10 +34,7 @@ CHECKS = {
     "sample_step": ex.check_sample_step,
     "decode_step": ex.check_decode_step,
     "rmsnorm": ex.check_rmsnorm,
-    "attention": ex.check_gpt_attention,
-    "block": ex.check_gpt_block,
     "forward": ex.check_gpt_forward,
-    "gpt_loss": ex.check_gpt_loss,
     "train_gpt": ex.check_gpt_train,
     "sample_names": ex.check_gpt_sample,
     "cached_attention": ex.check_gpt_cached_attention,
@@ -51,7 +48,7 @@ TINY = textbook(5, block_size=8, n_layer=1, n_head=2, n_embd=8)
 
 
 def _message(name: str, shown_start: str) -> str:
-    [refusal] = [r for r in REFUSALS[name] if r.shown.startswith(shown_start)]
+    [refusal] = [r for r in REFUSALS[name] if r.named.startswith(shown_start)]
     return refusal_message(name, refusal)
 
 
@@ -135,10 +132,6 @@ def _rmsnorm(x, gain, eps=1e-5):
     return F.rms_norm(x, (x.size(-1),), gain, eps)
 
 
-def _gpt_loss(forward_fn, w, idx, labels, n_head):
-    return GPT.loss(forward_fn(w, idx, n_head), labels)
-
-
 def _train_gpt(forward_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed, h):
     model = GPT(microgpt(w["tok_emb"].size(0), n_embd=w["tok_emb"].size(1), n_head=h))
     return train(model, tokens, steps, batch_size, max_lr=max_lr, seed=seed).loss
@@ -174,8 +167,6 @@ READER_SHORTCUTS = [
     ("sample_step", _sample_step, "gptlib.generate.generate"),
     ("merge", _merge, "gptlib.bpe.merge_pair"),
     ("rmsnorm", _rmsnorm, "F.rms_norm"),
-    ("attention", lambda x, w_qkv, w_proj, n_head: _sdpa(x, x, x), "F.scaled_dot_product"),
-    ("gpt_loss", _gpt_loss, "GPT.loss"),
     ("train_gpt", _train_gpt, "gptlib.train.train"),
     ("sample_names", _sample_names, "gptlib.generate.generate"),
     ("cached_attention", lambda x, w_qkv, w_proj, n_head, past: _sdpa(x, x, x), "F.scaled_dot"),

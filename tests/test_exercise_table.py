@@ -1,7 +1,7 @@
 """One record per exercise (gptlib/exercises/table.py), and one test that goes through them all:
 the check exists and reports the record's name, the notebook exists and calls it and states its
-difficulty, the hint has both steps, every refusal names a function
-the library or torch has, and the README counts the records."""
+difficulty, every refusal names a function the library or torch has, the reference passes its own
+check, `show_solution` prints it, and the README counts the records."""
 
 from __future__ import annotations
 
@@ -35,9 +35,20 @@ def test_every_record(record):
     )
     assert f"{record.check}(" in text, f"{notebook.name} never calls {record.check}"
     assert f"Difficulty {'★' * record.stars}" in text  # minutes: test_notebook_exercises
-    assert record.hint.think.strip() and record.hint.steps.strip()
     for refusal in record.refusals:
         assert callable(_target(refusal.path)), refusal.path
+
+
+@pytest.mark.parametrize("record", EXERCISES, ids=[e.check for e in EXERCISES])
+def test_the_reference_passes_and_is_shown(record, capsys):
+    check = getattr(ex, record.check)
+    said = check(check.solution)
+    assert said and said.message.startswith(f"✓ {record.name}"), said.message
+    assert "kept as" not in said.message  # only a reader's own function is kept
+    capsys.readouterr()
+    ex.show_solution(check)
+    shown = capsys.readouterr().out
+    assert f"def {check.solution.__name__}(" in shown
 
 
 def test_one_record_per_check_and_nothing_else():

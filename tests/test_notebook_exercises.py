@@ -75,8 +75,8 @@ def test_exercises_are_stored_unsolved(notebook):
         source = "".join(cell["source"])
         for name in _checked_functions(source):
             assert not name.startswith("solution_"), f"{notebook.name}: check called on {name}"
-            if SLIP.search(name):
-                continue
+            if SLIP.search(name) or re.search(rf"^{name} = yours\.use\(", source, re.M):
+                continue  # a slip shown, or the piece in use checked again
             fn = defined.get(name)
             assert fn is not None, f"{notebook.name}: {name} is checked but not defined in it"
             assert _raises_not_implemented(fn), (

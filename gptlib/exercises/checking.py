@@ -1,13 +1,8 @@
-"""The machinery every `check_*` function shares.
-
-An exercise is stored as a stub whose body raises `NotImplementedError`; its check then says, in
-one line, that it is not written yet (`not_written`). The reference solution is one deliberate
-step away: `show_solution(check_x)` prints it (`solved_by` tells a check which function that is).
-
-A check cannot be passed by handing the work to the library. While the reader's function runs,
-the library calls that do the whole exercise (listed per exercise in `table.EXERCISES`) raise
-`Refused`, and the check says which call to write out instead (`refusing`). Only the reader's
-call is guarded: the reference and the known slips a check compares with may use anything.
+"""What every `check_*` shares: one comparator (`compare`), the stub's answer (`not_written`),
+the reference one deliberate step away (`show_solution`), and the refusal of a library call
+that does the whole exercise, read from the reader's source (`shortcut`). Nothing is patched and
+nothing traced: a check is a learning aid, and a copied or disguised answer passes and teaches
+nothing.
 """
 
 from __future__ import annotations
@@ -45,15 +40,14 @@ class CheckResult:
 
 
 def not_written(name: str) -> CheckResult:
-    """What every check says about a stub that still raises NotImplementedError."""
     return CheckResult(
         False, f"{name} is not written yet: replace its body and run this cell again"
     )
 
 
 def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
-    """Decorator for a check: `show_solution(check)` will print `solution`, and a function of
-    the reader's that passes is kept in the reader's package (`yours`) for later notebooks."""
+    """Decorator for a check: `show_solution(check)` prints `solution`, and a reader's function
+    that passes is kept in the reader's package (`yours`) for later notebooks."""
 
     def decorate(check: Callable) -> Callable:
         @functools.wraps(check)
@@ -74,44 +68,32 @@ def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
 
 
 def _helpers_of(fn: Callable) -> list[Callable]:
-    """The module-level functions of `fn`'s own module that `fn` calls (first level and theirs),
-    in the order they are defined, so the printed solution reads on its own."""
-    module = inspect.getmodule(fn)
-    found: dict[str, Callable] = {}
+    """The functions of `fn`'s own module that it calls (and theirs), in source order."""
+    module, found = inspect.getmodule(fn), {}
 
     def visit(f: Callable) -> None:
-        f = inspect.unwrap(f)  # a @torch.no_grad() solution keeps its code on __wrapped__
-        for name in f.__code__.co_names:
+        for name in inspect.unwrap(f).__code__.co_names:
             obj = getattr(module, name, None)
-            if (
-                isinstance(obj, types.FunctionType)
-                and obj.__module__ == fn.__module__
-                and obj is not fn
-                and name not in found
-            ):
-                found[name] = obj
-                visit(obj)
+            if isinstance(obj, types.FunctionType) and obj.__module__ == fn.__module__:
+                if obj is not fn and name not in found:
+                    found[name] = obj
+                    visit(obj)
 
     visit(fn)
     return sorted(found.values(), key=lambda f: f.__code__.co_firstlineno)
 
 
 def _constants_of(functions: Sequence[Callable]) -> list[tuple[str, object]]:
-    """The module-level constants (numbers, strings) the functions read, such as IGNORE_INDEX, so
-    that the printed solution runs where it is pasted."""
+    """The module-level numbers and strings the functions read (IGNORE_INDEX), so the printed
+    solution runs where it is pasted."""
     found: dict[str, object] = {}
-    for f in functions:
-        f = inspect.unwrap(f)
-        module = inspect.getmodule(f)
+    for f in map(inspect.unwrap, functions):
         for name in f.__code__.co_names:
-            value = getattr(module, name, None)
-            if isinstance(value, (bool, int, float, str)) and name not in found:
-                try:
-                    same = ast.literal_eval(repr(value)) == value
-                except (ValueError, SyntaxError):
-                    same = False  # inf, nan
-                if same and not name.startswith("__"):
-                    found[name] = value
+            value = getattr(inspect.getmodule(f), name, None)
+            if isinstance(value, (bool, int, float, str)) and not name.startswith("__"):
+                with contextlib.suppress(ValueError, SyntaxError):
+                    if ast.literal_eval(repr(value)) == value:  # not inf, nan
+                        found.setdefault(name, value)
     return sorted(found.items())
 
 
@@ -135,11 +117,13 @@ def show_solution(check: Callable) -> None:
     print(inspect.getsource(solution), end="")
 
 
+# ---------------------------------------------------------------------------------------------
+# Refusals, read from the source
+
+
 class Refused(BaseException):
-    """Raised before the reader's function runs when its source calls a library function that
-    does the whole exercise (see `shortcut`). A BaseException, so that an `except Exception` in
-    the reader's code, or in a check's wrapper, lets it through; `compare` and
-    `refuses_shortcuts` turn it into the check's result."""
+    """The reader's source hands the exercise to the library (see `shortcut`). A BaseException,
+    so an `except Exception` in the reader's code lets it through to the check."""
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -151,14 +135,11 @@ class Refused(BaseException):
 
 
 def refusal_message(name: str, refusal: Refusal) -> str:
-    """`✗ causal_attention: write this one yourself: it calls F.scaled_dot_product_attention,
-    which does the whole exercise`."""
-    return f"✗ {name}: write this one yourself: it calls {refusal.shown}, which {refusal.does}"
+    return f"✗ {name}: write this one yourself: it calls {refusal.named}, which {refusal.does}"
 
 
 def _target(path: str) -> object | None:
-    """The object a dotted path names ("torch.nn.functional.rms_norm"), or None when this
-    version of torch or gptlib lacks it."""
+    """The object a dotted path names, or None when this torch or gptlib lacks it."""
     parts = path.split(".")
     for i in range(len(parts) - 1, 0, -1):
         try:
@@ -166,11 +147,9 @@ def _target(path: str) -> object | None:
         except ImportError:
             continue
         try:
-            for part in parts[i:]:
-                obj = getattr(obj, part)
+            return functools.reduce(getattr, parts[i:], obj)
         except AttributeError:
             return None
-        return obj
     return None
 
 
@@ -187,33 +166,31 @@ def _own_code(value: object) -> bool:
 
 
 def _reachable(fns: Sequence[Callable]) -> list[types.FunctionType]:
-    """`fns`, the functions they wrap (a check hands a wrapper such as `_as_long(fn)`, with the
-    reader's function in its closure), and the reader's own helpers they call by name."""
+    """`fns`, the functions they wrap (in closures, `__wrapped__`, partials, methods) and the
+    reader's own helpers they call by name."""
     found: dict[int, types.FunctionType] = {}
 
     def visit(f: object, depth: int) -> None:
         if depth > 8 or id(f) in found:
             return
-        if isinstance(f, functools.partial):
-            return visit(f.func, depth + 1)
+        if isinstance(f, functools.partial):  # the function and what it was handed
+            for part in (f.func, *f.args, *f.keywords.values()):
+                if callable(part):
+                    visit(part, depth + 1)
+            return None
         if isinstance(f, types.MethodType):
             return visit(f.__func__, depth + 1)
         if isinstance(f, types.FunctionType):
             found[id(f)] = f
             for cell in f.__closure__ or ():
-                try:
-                    inner = cell.cell_contents
-                except ValueError:  # an empty cell
-                    continue
-                if callable(inner):
-                    visit(inner, depth + 1)
+                with contextlib.suppress(ValueError):  # an empty cell
+                    if callable(cell.cell_contents):
+                        visit(cell.cell_contents, depth + 1)
             for name in f.__code__.co_names:
-                value = f.__globals__.get(name)
-                if _own_code(value):
-                    visit(value, depth + 1)
-        wrapped = getattr(f, "__wrapped__", None)
-        if wrapped is not None:
-            visit(wrapped, depth + 1)
+                if _own_code(f.__globals__.get(name)):
+                    visit(f.__globals__[name], depth + 1)
+        if getattr(f, "__wrapped__", None) is not None:
+            visit(f.__wrapped__, depth + 1)
 
     for fn in fns:
         visit(fn, 0)
@@ -221,8 +198,7 @@ def _reachable(fns: Sequence[Callable]) -> list[types.FunctionType]:
 
 
 def _resolved(node: ast.expr, namespace: dict) -> object:
-    """What a called name or dotted name (`F.rms_norm`, `torch.nn.functional.rms_norm`) is in
-    the function's global namespace; None for anything else (a local variable's method)."""
+    """What a called name or dotted name (`F.rms_norm`) is in the function's globals."""
     if isinstance(node, ast.Name):
         return namespace.get(node.id, getattr(builtins, node.id, None))
     if isinstance(node, ast.Attribute):
@@ -231,53 +207,43 @@ def _resolved(node: ast.expr, namespace: dict) -> object:
     return None
 
 
+def _calls(f: types.FunctionType, refusal: Refusal, target: object, node: ast.Call) -> bool:
+    owner, attr = refusal.path.rsplit(".", 1)
+    called = _resolved(node.func, f.__globals__)
+    if called is not None and called is target:
+        return True
+    built = _resolved(node.func.func, f.__globals__) if isinstance(node.func, ast.Call) else None
+    if attr == "forward" and isinstance(built, type) and getattr(built, "forward", None) is target:
+        return True  # a module built and called at once: MLP(cfg)(x) runs MLP.forward
+    # a method of an object of the function's own (x.log_softmax(-1)), by its name
+    method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+    return called is None and method == attr != "forward" and isinstance(_target(owner), type)
+
+
 def shortcut(name: str, fns: Sequence[Callable]) -> str | None:
-    """The refusal message when the source of the reader's function (or of a helper of theirs
-    it calls) calls a library function that does exercise `name`'s whole job
-    (its record in `table.EXERCISES`), else None. Read from the source, nothing is patched: the check is a
-    learning aid, and a copied or disguised call still passes, teaching nothing."""
-    refusals = refusals_for(name)
-    if not refusals:
+    """The refusal message when the reader's source (or a helper of theirs) calls a library
+    function that does exercise `name`'s whole job (its record in `table`), else None."""
+    targets = [(r, _target(r.path)) for r in refusals_for(name)]
+    targets = [(r, t) for r, t in targets if t is not None]
+    if not targets:
         return None
-    functions = [f for f in _reachable(fns) if not (f.__module__ or "").startswith("gptlib.")]
-    targets = [(r, _target(r.path)) for r in refusals]
-    for f in functions:
+    for f in _reachable(fns):
+        if (f.__module__ or "").startswith("gptlib."):
+            continue
         try:
             tree = ast.parse(textwrap.dedent(inspect.getsource(f)))
         except (OSError, TypeError, SyntaxError):  # no source to read
             continue
         for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            called = _resolved(node.func, f.__globals__)
-            method = node.func.attr if isinstance(node.func, ast.Attribute) else None
             for refusal, target in targets:
-                if target is None:
-                    continue
-                owner, attr = refusal.path.rsplit(".", 1)
-                built = (  # a module built and called at once: MLP(cfg)(x) runs MLP.forward
-                    _resolved(node.func.func, f.__globals__)
-                    if isinstance(node.func, ast.Call)
-                    else None
-                )
-                if (called is not None and called is target) or (
-                    attr == "forward"
-                    and isinstance(built, type)
-                    and getattr(built, "forward", None) is target
-                ):
+                if isinstance(node, ast.Call) and _calls(f, refusal, target, node):
                     return refusal_message(name, refusal)
-                # a method on an object of the function's own (x.log_softmax(-1),
-                # attn.split_heads(t)), by its name; forward is any module's call, not named
-                if called is None and method == attr != "forward":
-                    if isinstance(_target(owner), type):
-                        return refusal_message(name, refusal)
     return None
 
 
 @contextlib.contextmanager
 def refusing(name: str, *reader_fns: Callable) -> Iterator[None]:
-    """Raise `Refused` on entry when the reader's functions call, by their source, a library
-    function that does exercise `name`'s whole job; otherwise run the block as it is."""
+    """Raise `Refused` on entry when the reader's functions hand exercise `name` over."""
     message = shortcut(name, reader_fns)
     if message:
         raise Refused(message)
@@ -285,8 +251,7 @@ def refusing(name: str, *reader_fns: Callable) -> Iterator[None]:
 
 
 def guard(name: str, user_fn: Callable) -> Callable:
-    """`user_fn`, whose first call raises `Refused` when its source hands exercise `name` to
-    the library (see `shortcut`)."""
+    """`user_fn`, whose first call raises `Refused` when its source hands `name` over."""
     if not refusals_for(name):
         return user_fn
     verdict: list[str | None] = []
@@ -304,8 +269,7 @@ def guard(name: str, user_fn: Callable) -> Callable:
 
 def refuses_shortcuts(name: str) -> Callable[[Callable], Callable]:
     """Decorator for a check that runs the reader's function itself rather than through
-    `compare`: a function whose source hands the exercise to the library is answered with the
-    refusal, before it runs."""
+    `compare`: a shortcut is answered with the refusal before anything runs."""
 
     def decorate(check: Callable) -> Callable:
         @functools.wraps(check)
@@ -323,8 +287,29 @@ def refuses_shortcuts(name: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def _as_tuple(x):
-    return x if isinstance(x, tuple) else (x,)
+# ---------------------------------------------------------------------------------------------
+# Comparing outputs and gradients
+
+
+def _holds_tensors(x) -> bool:
+    if isinstance(x, torch.Tensor):
+        return True
+    values = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    return any(_holds_tensors(v) for v in values)
+
+
+def _parts(x, path: str = "") -> list[tuple[str, object]]:
+    """The values to compare, with their paths: a tuple, list or dict holding tensors is opened
+    (so a list unpacks like the tuple asked for); anything else (a list of ints) is one value."""
+    if isinstance(x, dict) and _holds_tensors(x):
+        return [p for k in sorted(x) for p in _parts(x[k], f"{path}[{k!r}]")]
+    if isinstance(x, (list, tuple)) and _holds_tensors(x):
+        return [p for i, v in enumerate(x) for p in _parts(v, f"{path}[{i}]")]
+    return [(path, x)]
+
+
+def _as_tuple(x) -> tuple:
+    return tuple(v for _, v in _parts(x))
 
 
 def _close(a, b, atol: float, rtol: float) -> bool:
@@ -348,23 +333,22 @@ def with_error_hints(user_fn: Callable, hints: Sequence[tuple[str, str]]) -> Cal
         try:
             return user_fn(*inputs)
         except (RuntimeError, ValueError, IndexError) as e:
-            first_line = str(e).splitlines()[0] if str(e) else ""
-            for fragment, hint in hints:
-                if fragment in first_line:
-                    try:
-                        explained = type(e)(f"{first_line}. Hint: {hint}")
-                    except Exception:  # an exception class with another constructor
-                        explained = RuntimeError(f"{first_line}. Hint: {hint}")
-                    raise explained from None
-            raise
+            first = str(e).splitlines()[0] if str(e) else ""
+            hint = next((h for fragment, h in hints if fragment in first), None)
+            if hint is None:
+                raise
+            try:
+                explained = type(e)(f"{first}. Hint: {hint}")
+            except Exception:  # an exception class with another constructor
+                explained = RuntimeError(f"{first}. Hint: {hint}")
+            raise explained from None
 
     return wrapped
 
 
 def difference(got, expected) -> str:
-    """How outputs of equal shapes differ, in words: "largest difference 0.311" when both are
-    finite where they differ, otherwise where a NaN or an infinity appeared (a difference taken
-    with inf or NaN in it would itself be NaN, which says nothing)."""
+    """How outputs of equal shapes differ, in words: "largest difference 0.311", or where a NaN
+    or an infinity appeared (a difference taken with one would itself be NaN)."""
     largest = 0.0
     for g, e in zip(_as_tuple(got), _as_tuple(expected), strict=True):
         g, e = torch.as_tensor(g).detach().double(), torch.as_tensor(e).detach().double()
@@ -386,13 +370,26 @@ def _differentiable(x) -> bool:
     return isinstance(x, torch.Tensor) and x.is_floating_point()
 
 
-def _backward(fn: Callable, inputs: tuple, weights: list | None):
-    """Run fn on leaf copies of the floating-point inputs, then backward through the weighted
-    sum of its differentiable outputs: (outputs, leaves, gradients, weights). Non-finite output
-    entries (the -inf of a mask) are left out of the sum."""
-    leaves = tuple(
-        x.detach().clone().requires_grad_(True) if _differentiable(x) else x for x in inputs
-    )
+def _leaf_copies(x, path: str, found: list):
+    """`x` with each floating tensor inside it (tuples, lists, dicts) replaced by a leaf copy
+    that needs gradients; `found` collects (path, leaf)."""
+    if _differentiable(x):
+        leaf = x.detach().clone().requires_grad_(True)
+        found.append((path, leaf))
+        return leaf
+    if isinstance(x, dict):
+        return {k: _leaf_copies(v, f"{path}[{k!r}]", found) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_leaf_copies(v, f"{path}[{i}]", found) for i, v in enumerate(x))
+    return x
+
+
+def _backward(fn: Callable, inputs: tuple, names: list[str], weights: list | None):
+    """Run fn on leaf copies of the inputs' floating tensors and back a fixed random weighting
+    of its differentiable outputs (non-finite entries, a mask's -inf, left out) through it:
+    (outputs, [(path, gradient)], weights)."""
+    found: list[tuple[str, torch.Tensor]] = []
+    leaves = [_leaf_copies(x, n, found) for x, n in zip(inputs, names, strict=True)]
     with torch.enable_grad():
         outputs = _as_tuple(fn(*leaves))
         if weights is None:
@@ -408,32 +405,25 @@ def _backward(fn: Callable, inputs: tuple, weights: list | None):
             for o, w in zip(outputs, weights, strict=False)
             if w is not None and _differentiable(o) and o.requires_grad
         ]
-        wanted = [x for x in leaves if _differentiable(x)]
-        if not terms:
-            return outputs, leaves, [None] * len(wanted), weights
-        grads = torch.autograd.grad(sum(terms), wanted, allow_unused=True)
-    return outputs, leaves, list(grads), weights
+        grads = [None] * len(found)
+        if terms:
+            grads = torch.autograd.grad(sum(terms), [t for _, t in found], allow_unused=True)
+    return outputs, [(p, gr) for (p, _), gr in zip(found, grads, strict=True)], weights
 
 
 def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
-    """What is wrong with the gradients of a function whose outputs are right, in words: an
-    output that carries none, an input that gets none, or one that gets other values."""
-    if not any(_differentiable(x) for x in inputs):
-        return None
-    ref_out, _, ref_grads, weights = _backward(reference_fn, inputs, None)
-    if all(w is None for w in weights):
-        return None  # nothing of the reference's is differentiable
+    """What is wrong with the gradients of a function whose outputs are right: an output that
+    carries none, an input (or a weight inside one) that gets none, or one that gets others."""
     try:
         params = list(inspect.signature(reference_fn).parameters)
     except (TypeError, ValueError):
         params = []
-    names = [
-        params[i] if i < len(params) else f"input {i}"
-        for i, x in enumerate(inputs)
-        if _differentiable(x)
-    ]
+    names = [params[i] if i < len(params) else f"input {i}" for i in range(len(inputs))]
+    _, ref_grads, weights = _backward(reference_fn, inputs, names, None)
+    if all(w is None for w in weights):
+        return None  # nothing of the reference's is differentiable
     try:
-        user_out, _, user_grads, _ = _backward(user_fn, inputs, weights)
+        user_out, user_grads, _ = _backward(user_fn, inputs, names, weights)
     except Exception as e:  # noqa: BLE001
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "in-place" in first or "inplace" in first:
@@ -449,7 +439,7 @@ def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
                 f"{which} carries no gradient: it was made under torch.no_grad() or detached, so "
                 "nothing before it would learn from the loss"
             )
-    for name, ref, got in zip(names, ref_grads, user_grads, strict=True):
+    for (name, ref), (_, got) in zip(ref_grads, user_grads, strict=True):
         if ref is None or not bool(ref.abs().max() > 0):
             continue
         if got is None or not bool(got.abs().max() > 0):
@@ -458,13 +448,36 @@ def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
                 f"{name} and it is detached or under no_grad, so {name} would not learn"
             )
         if not _close(got, ref, 10 * atol, 10 * rtol):
-            how = difference(got, ref)
             return (
-                f"the output is right but the gradient of {name} is not ({how}): part of the "
-                "path from it is hidden from autograd (a .detach(), .data, or a value taken out "
-                "with .item())"
+                f"the output is right but the gradient of {name} is not ({difference(got, ref)}): "
+                "part of the path from it is hidden from autograd (a .detach(), .data, or a "
+                "value taken out with .item())"
             )
     return None
+
+
+def _mismatch(name: str, got, expected, inputs, mistakes, atol, rtol) -> CheckResult:
+    """The message for outputs that differ: a known slip names itself (by values or shape),
+    else the count, the shape or the size of the difference."""
+    for hint, wrong_fn in mistakes:
+        try:
+            wrong = wrong_fn(*inputs)
+        except Exception:  # noqa: BLE001
+            continue
+        if _close(got, wrong, atol, rtol):
+            return CheckResult(False, f"✗ {name}: {hint}")
+    exp_t, got_t = _as_tuple(expected), _as_tuple(got)
+    if len(exp_t) != len(got_t):
+        return CheckResult(
+            False, f"✗ {name}: returned {len(got_t)} value(s), expected {len(exp_t)}"
+        )
+    for e_, g_ in zip(exp_t, got_t, strict=True):
+        e_shape, g_shape = list(torch.as_tensor(e_).shape), list(torch.as_tensor(g_).shape)
+        if e_shape != g_shape:
+            return CheckResult(False, f"✗ {name}: output has shape {g_shape}, expected {e_shape}")
+    return CheckResult(
+        False, f"✗ {name}: values differ from the reference ({difference(got_t, exp_t)})"
+    )
 
 
 def compare(
@@ -479,17 +492,17 @@ def compare(
     error_hints: Sequence[tuple[str, str]] = (),
     grads: bool = True,
 ) -> CheckResult:
-    """Run `user_fn` and `reference_fn` on `trials` seeded random inputs, and, where the
-    outputs agree, compare the gradients they pass back to the floating-point inputs (`grads`).
+    """Run `user_fn` and `reference_fn` on `trials` seeded random inputs; where the outputs
+    agree, compare the gradients they pass back to every floating tensor of the inputs (inside
+    tuples, lists and dicts too) when `grads`.
 
-    `mistakes` pairs a hint with a wrong implementation: when the reader's output matches a
-    wrong implementation (values and shape), that hint is the message. `error_hints` pairs a
-    fragment of an error message with a hint added when the reader's function raises it. The
-    library calls exercise `name`'s record lists are refused when `user_fn`'s source calls them.
+    `mistakes` pairs a message with a wrong implementation: output matching one (values and
+    shape) gets its message. `error_hints` pairs a fragment of an error with a hint appended when
+    the reader's function raises it. A source that calls a refused library function is refused.
     """
     if error_hints:
         user_fn = with_error_hints(user_fn, error_hints)
-    user_fn = guard(name, user_fn)  # the library calls that do the exercise are refused
+    user_fn = guard(name, user_fn)
     for trial in range(trials):
         inputs = make_inputs(torch.Generator().manual_seed(1000 + trial))
         expected = reference_fn(*inputs)
@@ -497,36 +510,13 @@ def compare(
             got = user_fn(*inputs)
         except NotImplementedError:
             return not_written(name)
-        except Refused as e:  # the reader handed the exercise to the library
+        except Refused as e:
             return e.result
         except Exception as e:  # the reader's code failed: say how
             return CheckResult(False, f"✗ {name}: your function raised {type(e).__name__}: {e}")
-        if _close(got, expected, atol, rtol):
-            problem = (
-                _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) if grads else None
-            )
-            if problem:
-                return CheckResult(False, f"✗ {name}: {problem}")
-            continue
-        # A known mistake names itself, whether it changed the values or the shape.
-        for hint, wrong_fn in mistakes:
-            try:
-                wrong = wrong_fn(*inputs)
-            except Exception:
-                continue
-            if _close(got, wrong, atol, rtol):
-                return CheckResult(False, f"✗ {name}: {hint}")
-        exp_t, got_t = _as_tuple(expected), _as_tuple(got)
-        if len(exp_t) != len(got_t):
-            return CheckResult(
-                False, f"✗ {name}: returned {len(got_t)} value(s), expected {len(exp_t)}"
-            )
-        for e_, g_ in zip(exp_t, got_t, strict=True):
-            e_shape, g_shape = tuple(torch.as_tensor(e_).shape), tuple(torch.as_tensor(g_).shape)
-            if e_shape != g_shape:
-                return CheckResult(
-                    False, f"✗ {name}: output has shape {list(g_shape)}, expected {list(e_shape)}"
-                )
-        how = difference(got_t, exp_t)
-        return CheckResult(False, f"✗ {name}: values differ from the reference ({how})")
+        if not _close(got, expected, atol, rtol):
+            return _mismatch(name, got, expected, inputs, mistakes, atol, rtol)
+        problem = _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) if grads else None
+        if problem:
+            return CheckResult(False, f"✗ {name}: {problem}")
     return CheckResult(True, f"✓ {name}: matches the reference on {trials} random inputs")

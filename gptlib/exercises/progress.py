@@ -1,16 +1,10 @@
-"""Where the reader stands with every exercise of the course.
+"""Where the reader stands with every exercise: `progress()` in a notebook, or
+`python -m gptlib progress [FOLDER]` in a terminal.
 
-    from gptlib.exercises import progress
-    progress()                          # in a notebook
-    python -m gptlib progress [FOLDER]  # in a terminal
-
-One row per exercise: its notebook, its difficulty (★ to ★★★), an estimate of the minutes it
-takes, and its state: "not written yet", "fails: <what the check says>" or "solved".
-
-It reads the reader's package (`gptlib.exercises.yours`, `notebooks/yourgpt/` by default): a
-function is kept there when its check passes in a notebook, and progress runs the check again on
-what is kept, so a piece that stopped passing (a saved helper of yours changed, the course's
-check grew stricter) says so. A check that runs past `timeout` seconds fails.
+One row per exercise: notebook, difficulty (★ to ★★★), minutes, and "not written yet",
+"fails: <what the check says>" or "solved". It reads the reader's package (`yours`,
+`notebooks/yourgpt/` by default) and runs each check again on what is kept there, so a piece that
+stopped passing says so; a check that runs past `timeout` seconds fails.
 """
 
 from __future__ import annotations
@@ -48,16 +42,13 @@ class Row:
 
 
 class _TookTooLong(BaseException):
-    """Raised by the alarm inside a check that ran past its limit; a BaseException, so that the
-    check's own `except Exception` lets it through."""
+    """The alarm in a check past its limit (a BaseException: `except Exception` lets it by)."""
 
 
 @contextlib.contextmanager
 def _time_limit(seconds: float | None):
-    if not seconds or not hasattr(signal, "setitimer"):
-        yield
-        return
-    if threading.current_thread() is not threading.main_thread():
+    main = threading.current_thread() is threading.main_thread()
+    if not (seconds and main and hasattr(signal, "setitimer")):
         yield
         return
 

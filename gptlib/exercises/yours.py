@@ -1,22 +1,12 @@
 """Your own GPT, piece by piece: the functions you wrote, kept where later notebooks find them.
 
-When a check passes a function you defined in a notebook, it writes that function, with the
-imports and the helpers of yours it needs, into a folder of its own, `yourgpt/` beside the
-notebooks (one module per exercise: `yourgpt/causal_attention.py`). Both editions of the course
-share it. Later notebooks ask for a piece by its check:
-
-    from gptlib.exercises import yours
-    attend = yours.use(check_causal_attention)
-
-which prints one line and returns your function when it is saved and passes its check again,
-and the course's reference otherwise (or a library function of the same signature given as
-`stand_in`), so a notebook runs either way and says whose code ran. `python -m gptlib progress`
-reads the same folder.
-
-The folder is `$GPTLIB_YOURS` when that is set (the course's tests and the stored notebooks use
-an empty one, so they always show the reference standing in), else `notebooks/yourgpt/` of the
-course, else `yourgpt/` in the current folder. Edit a piece in its notebook, not here: the next
-pass rewrites the file.
+A check that passes a function you defined in a notebook writes it, with its imports and your
+helpers, to `yourgpt/<exercise>.py` beside the notebooks (both editions share it). Later
+notebooks ask `yours.use(check_causal_attention)`: your function when it is kept and passes again,
+else the course's reference (or `stand_in`), with one printed line saying which. `progress` reads
+the same folder. The folder is `$GPTLIB_YOURS` when set (the tests and the stored notebooks use an
+empty one), else `notebooks/yourgpt/` of the course, else `yourgpt/` here. Edit a piece in its
+notebook: the next pass rewrites the file.
 """
 
 from __future__ import annotations

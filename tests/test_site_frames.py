@@ -84,3 +84,22 @@ def test_shares_split_a_sliders_keys_by_their_last_index():
     shares = [frames.Share(i, 2) for i in range(2)]
     assert [k for k in keys if k in shares[0]] == [(t, k) for t in range(3) for k in (0, 2)]
     assert sorted(k for s in shares for k in keys if k in s) == keys
+
+
+def test_errata_links_become_plain_names_on_the_site():
+    """ERRATA.md is not a page of the site: a notebook's link to it keeps its words, loses its
+    target (which would be a dead link there); links between notebooks are kept."""
+    from website.build import prepare
+
+    nb = {
+        "metadata": {},
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": [
+                "see [ERRATA 22](../ERRATA.md#22-x), [ERRATA 2](../../ERRATA.md#2-y) "
+                "and [notebook 04](04_multi_head.ipynb)"]},
+        ],
+    }  # fmt: skip
+    cell = prepare(nb, "00_x.ipynb", "en", {})["cells"][0]
+    text = "".join(cell["source"])
+    assert "ERRATA.md" not in text and "see ERRATA 22, ERRATA 2 and" in text
+    assert "[notebook 04](04_multi_head.ipynb)" in text

@@ -165,7 +165,9 @@ def prepare(nb: dict, name: str, lang: str, targets: dict[str, dict[str, str]]) 
 
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
-            cell["source"] = re.sub(r"\]\((\d\d_\w+)\.ipynb(?:#([^)\s]+))?\)", link, source(cell))
+            text = re.sub(r"\]\((\d\d_\w+)\.ipynb(?:#([^)\s]+))?\)", link, source(cell))
+            # ERRATA.md is the repository's, not a page of the site: its entries are named only
+            cell["source"] = re.sub(r"\[([^\]]*)\]\((?:\.\./)+ERRATA\.md[^)]*\)", r"\1", text)
             continue
         outputs = []
         drawn = [w for w in frames.DRAW if f"widgets.{w}(" in source(cell)]

@@ -198,7 +198,9 @@ def test_every_entry_says_where_it_is_flagged(errata):
             elif f"notebook {NOT_YET_FLAGGED[n]}" not in " ".join(flag.split()):
                 problems.append(f"entry {n} should name notebook {NOT_YET_FLAGGED[n]}, its home")
         elif not links:
-            problems.append(f"entry {n}: **Flagged in** neither links a notebook nor says '{NOT_YET}'")
+            problems.append(
+                f"entry {n}: **Flagged in** neither links a notebook nor says '{NOT_YET}'"
+            )
         elif n in NOT_YET_FLAGGED:
             problems.append(f"entry {n} links a flag: drop it from NOT_YET_FLAGGED")
     stale = sorted(set(NOT_YET_FLAGGED) - set(_numbered(errata)))

@@ -16,7 +16,7 @@ import inspect
 import sys
 import textwrap
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -241,15 +241,6 @@ def shortcut(name: str, fns: Sequence[Callable]) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def refusing(name: str, *reader_fns: Callable) -> Iterator[None]:
-    """Raise `Refused` on entry when the reader's functions hand exercise `name` over."""
-    message = shortcut(name, reader_fns)
-    if message:
-        raise Refused(message)
-    yield
-
-
 def guard(name: str, user_fn: Callable) -> Callable:
     """`user_fn`, whose first call raises `Refused` when its source hands `name` over."""
     if not refusals_for(name):
@@ -265,26 +256,6 @@ def guard(name: str, user_fn: Callable) -> Callable:
 
     guarded.__wrapped__ = user_fn
     return guarded
-
-
-def refuses_shortcuts(name: str) -> Callable[[Callable], Callable]:
-    """Decorator for a check that runs the reader's function itself rather than through
-    `compare`: a shortcut is answered with the refusal before anything runs."""
-
-    def decorate(check: Callable) -> Callable:
-        @functools.wraps(check)
-        def checked(user_fn: Callable, *args, **kwargs) -> CheckResult:
-            message = shortcut(name, [user_fn])
-            if message:
-                return CheckResult(False, message)
-            try:
-                return check(user_fn, *args, **kwargs)
-            except Refused as e:
-                return e.result
-
-        return checked
-
-    return decorate
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,6 +51,10 @@ LOG_SOFTMAX_MISTAKES = [  # each wrong log_softmax(x, dim=-1) in one lambda
      lambda x, dim=-1: x.softmax(dim).log()),
     ("your output is normalised along the last axis whatever dim says: with dim=0, or dim=1 of a "
      "3-D tensor, your slices along dim do not sum to 1", lambda x, dim=-1: x.log_softmax(-1)),
+    ("the maximum was taken over the last axis whatever dim says: where dim is another axis, the "
+     "entries of one slice along dim are shifted by different amounts, so its values change",
+     lambda x, dim=-1: (x - x.amax(-1, keepdim=True)) - (x - x.amax(-1, keepdim=True)).exp()
+     .sum(dim, keepdim=True).log()),
 ]
 LOST_AXIS = [("must match the size of tensor b", "a maximum or a sum along dim lost that axis")]
 LM_LOSS_MISTAKES = [

@@ -33,6 +33,10 @@ RMSNORM_MISTAKES = [
      "first, as LayerNorm does", variant(_rms, "mean_subtracted", centre=True)),
     ("the mean square was taken over the tokens (dim=-2), not over each token's d features",
      variant(_rms, "over_the_tokens", dim=-2)),
+    ("the mean square was taken over the first axis, not over each token's d features: a token "
+     "then depends on the other sequences of the batch", variant(_rms, "over_the_first_axis", dim=0)),
+    ("one mean square for the whole tensor: every token is divided by the same number, so the "
+     "near-zero token stays near zero", variant(_rms, "over_the_whole_tensor", dim=None)),
     ("the gain is not used: every feature of your output is at the same scale",
      variant(_rms, "no_gain", gained=False)),
 ]  # fmt: skip

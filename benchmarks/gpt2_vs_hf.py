@@ -1,13 +1,13 @@
 """Milliseconds per generated token: gptlib's GPT-2 against Hugging Face's GPT2LMHeadModel.
 
 The same random GPT-2 small (124M) weights in both (made by transformers, written with
-`save_pretrained`, read by `gptlib.gpt2.load_hf_gpt2`); a 32-token prompt, 100 greedy new tokens
-(`--new-tokens`), for each batch size of `--batch-sizes` (default 1), the KV cache on in both
-(`generate(..., use_cache=True)` and HF `generate`), float32 on both sides (TF32 off on CUDA, so
-near-ties break the same way). Each side runs `--repeats` times, alternating, and the fastest
-run counts, the usual way to read a timing on a shared machine; CPU time per token is printed
-too. The time includes the prompt's prefill. Both sides must produce the same tokens, or the
-comparison is void. Without transformers installed it says so and stops.
+`save_pretrained`, read by `gptlib.huggingface.load_hf_gpt2`); a 32-token prompt, 100 greedy
+new tokens (`--new-tokens`), for each batch size of `--batch-sizes` (default 1), the KV cache on
+in both (`generate(..., use_cache=True)` and HF `generate`), float32 on both sides (TF32 off on
+CUDA, so near-ties break the same way). Each side runs `--repeats` times, alternating, and the
+fastest run counts, the usual way to read a timing on a shared machine; CPU time per token is
+printed too. The time includes the prompt's prefill. Both sides must produce the same tokens, or
+the comparison is void. Without transformers installed it says so and stops.
 
     python benchmarks/gpt2_vs_hf.py                  # torch's default number of threads
     OMP_NUM_THREADS=1 python benchmarks/gpt2_vs_hf.py
@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from common import pick_device, sync, transformers_missing  # noqa: E402
 
 from gptlib.generate import generate  # noqa: E402
-from gptlib.gpt2 import load_hf_gpt2  # noqa: E402
+from gptlib.huggingface import load_hf_gpt2  # noqa: E402
 
 
 def timed(fn, device):

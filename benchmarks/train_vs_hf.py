@@ -2,8 +2,8 @@
 
 Both sides are GPT-2's architecture (pre-norm LayerNorm with bias, GELU's tanh form, a bias in
 every Linear layer, tied head, dropout 0) with the same weights: transformers draws them from its
-own config classes, `save_pretrained` writes them and `gptlib.gpt2.load_hf_gpt2` reads them, and
-the two losses on the first batch must agree. Each side has its own AdamW (`make_optimizer`, fused
+own config classes, `save_pretrained` writes them and `gptlib.huggingface.load_hf_gpt2` reads
+them, and the two losses on the first batch must agree. Each side has its own AdamW (`make_optimizer`, fused
 where the device has the kernel) and clips its gradients to norm 1.0; transformers computes its
 loss from `labels` with its cache off (`use_cache=False`, as for training) and sdpa attention.
 
@@ -46,7 +46,7 @@ from common import (  # noqa: E402
     transformers_missing,
 )
 
-from gptlib.gpt2 import load_hf_gpt2  # noqa: E402
+from gptlib.huggingface import load_hf_gpt2  # noqa: E402
 from gptlib.model import GPT  # noqa: E402
 from gptlib.train import make_optimizer  # noqa: E402
 

@@ -18,6 +18,9 @@ was computed with its position's row of the position table baked in and cannot b
   `block_size // 2` to `block_size` tokens.
 Neither path ever indexes past the position table.
 
+The sampling options are keyword-only in every function here, after the tensors and lengths:
+`generate(model, idx, 50, temperature=0.8, top_k=10)`, `next_token_probs(logits, temperature=0.5)`.
+
 Notebook 12 (generation) teaches this module.
 """
 
@@ -54,7 +57,7 @@ def _check_sampling(temperature: float, top_k: int | None, top_p: float | None =
 
 
 def filter_logits(
-    logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None
+    logits: torch.Tensor, *, top_k: int | None = None, top_p: float | None = None
 ) -> torch.Tensor:
     """logits [..., V] -> logits [..., V] with the removed tokens at -inf; the softmax of the
     result renormalises the kept ones.
@@ -82,6 +85,7 @@ def filter_logits(
 
 def next_token_probs(
     logits: torch.Tensor,
+    *,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
@@ -94,15 +98,16 @@ def next_token_probs(
     _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
-    return filter_logits(logits / temperature, top_k, top_p).softmax(dim=-1)
+    return filter_logits(logits / temperature, top_k=top_k, top_p=top_p).softmax(dim=-1)
 
 
 def pick_next(
     logits: torch.Tensor,
+    *,
     temperature: float = 1.0,
     top_k: int | None = None,
-    generator: torch.Generator | None = None,
     top_p: float | None = None,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """logits [B, V] -> next ids [B, 1].
 
@@ -110,7 +115,7 @@ def pick_next(
     if temperature == 0:
         _check_sampling(temperature, top_k, top_p)
         return logits.argmax(dim=-1, keepdim=True)
-    probs = next_token_probs(logits, temperature, top_k, top_p)
+    probs = next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
     return torch.multinomial(probs, num_samples=1, generator=generator)
 
 
@@ -118,12 +123,13 @@ def generate(
     model: GPT,
     idx: torch.Tensor,
     max_new_tokens: int,
+    *,
     temperature: float = 1.0,
     top_k: int | None = None,
+    top_p: float | None = None,
     generator: torch.Generator | None = None,
     stop_token: int | None = None,
     use_cache: bool = True,
-    top_p: float | None = None,
 ) -> torch.Tensor:
     """Extend idx [B, n0] by up to `max_new_tokens` tokens and return [B, n0 + new].
 
@@ -181,7 +187,9 @@ def _extend(
             logits, _ = model(idx[:, -keep:], cache=cache)
         else:
             logits, _ = model(idx[:, -1:], cache=cache)  # decode: the newest token only
-        nxt = pick_next(logits[:, -1, :], temperature, top_k, generator, top_p)  # [B, 1]
+        nxt = pick_next(  # [B, 1]
+            logits[:, -1, :], temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
+        )
         if stop_token is not None:
             nxt = nxt.masked_fill(finished[:, None], stop_token)
             finished |= nxt[:, 0] == stop_token
@@ -196,11 +204,12 @@ def sample_documents(
     tokenizer: CharTokenizer,
     num: int,
     max_len: int = 40,
+    *,
     temperature: float = 1.0,
     top_k: int | None = None,
+    top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
-    top_p: float | None = None,
     prompt: str | None = None,
 ) -> list[str]:
     """New documents (names, for the names corpus): start at BOS, stop at the next BOS.
@@ -219,7 +228,10 @@ def sample_documents(
     prompt_ids = _document_prompt(tokenizer, prompt or "")
     device = model.lm_head.weight.device
     start = torch.tensor([bos, *prompt_ids], dtype=torch.long, device=device).repeat(num, 1)
-    out = generate(model, start, max_len, temperature, top_k, generator, bos, use_cache, top_p)
+    out = generate(
+        model, start, max_len, temperature=temperature, top_k=top_k, top_p=top_p,
+        generator=generator, stop_token=bos, use_cache=use_cache,
+    )  # fmt: skip
     docs = []
     for row in out[:, 1:].tolist():  # the prompt holds no BOS: the first one ends the document
         cut = row.index(bos) if bos in row else len(row)
@@ -250,11 +262,12 @@ def complete(
     tokenizer: CharTokenizer,
     prompt: str,
     max_new_tokens: int,
+    *,
     temperature: float = 1.0,
     top_k: int | None = None,
+    top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
-    top_p: float | None = None,
 ) -> str:
     """Continue a text prompt and return prompt + continuation, decoded.
 
@@ -262,6 +275,7 @@ def complete(
     device = model.lm_head.weight.device
     idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=device)
     out = generate(
-        model, idx, max_new_tokens, temperature, top_k, generator, None, use_cache, top_p
-    )
+        model, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+        generator=generator, use_cache=use_cache,
+    )  # fmt: skip
     return tokenizer.decode(out[0].tolist())

@@ -70,9 +70,13 @@ def _samples(
     g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed)
     bos = tokenizer.bos_id
     if bos is not None and ids == [bos]:  # a fresh document: exactly gptlib's name sampler
-        return sample_documents(model, tokenizer, num, max_len, temperature, top_k, g)
+        return sample_documents(
+            model, tokenizer, num, max_len, temperature=temperature, top_k=top_k, generator=g
+        )
     start = torch.tensor([ids] * num, dtype=torch.long, device=model.lm_head.weight.device)
-    out = generate(model, start, max_len, temperature, top_k, g, stop_token=bos)
+    out = generate(
+        model, start, max_len, temperature=temperature, top_k=top_k, generator=g, stop_token=bos
+    )
     texts = []
     for row in out[:, len(ids) :].tolist():
         cut = row.index(bos) if bos is not None and bos in row else len(row)
@@ -124,7 +128,7 @@ def temperature_explorer(
 
     def update(_change=None) -> None:
         t, k = float(temperature.value), int(top_k.value) or None
-        box.probs = next_token_probs(logits, t, k)  # [V]; one-hot at the argmax when t == 0
+        box.probs = next_token_probs(logits, temperature=t, top_k=k)  # [V]; t == 0: one-hot
         box.samples = _samples(model, tokenizer, ids, num_samples, max_len, t, k, seed)
         kept = f", top-{k}" if k else ""
         title = f"After {tokenizer.decode(ids)!r}: next-token probabilities{kept}"

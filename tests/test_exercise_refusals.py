@@ -93,7 +93,7 @@ def _split_heads(x, n_head):
 
 
 def _temperature(logits, temperature):
-    return next_token_probs(logits, temperature)
+    return next_token_probs(logits, temperature=temperature)
 
 
 def _lm_loss(logits, labels):
@@ -110,18 +110,25 @@ def _validation_loss(model, tokens, batch_size, n_batches, seed):
 
 
 def _filter(logits, top_k, top_p):
-    return filter_logits(logits, top_k, top_p)
+    return filter_logits(logits, top_k=top_k, top_p=top_p)
 
 
 def _filter_through_probs(logits, top_k, top_p):
-    probs = next_token_probs(logits, 1.0, top_k, top_p)
+    probs = next_token_probs(logits, temperature=1.0, top_k=top_k, top_p=top_p)
     return logits.masked_fill(probs == 0, float("-inf"))
 
 
 def _sample_step(model, idx, temperature, top_k, top_p, generator):
-    return generate(model, idx, 1, temperature, top_k, generator, use_cache=False, top_p=top_p)[
-        :, -1:
-    ]
+    return generate(
+        model,
+        idx,
+        1,
+        temperature=temperature,
+        top_k=top_k,
+        generator=generator,
+        use_cache=False,
+        top_p=top_p,
+    )[:, -1:]
 
 
 def _merge(ids, pair, new_id):
@@ -140,7 +147,15 @@ def _train_gpt(forward_fn, w, optimizer, tokens, steps, batch_size, max_lr, warm
 def _sample_names(forward_fn, w, n_head, bos, num, generator, temperature, top_k, max_len):
     model = GPT(microgpt(w["tok_emb"].size(0), n_head=n_head))
     start = torch.full((num, 1), bos)
-    return generate(model, start, max_len, temperature, top_k, generator, bos).tolist()
+    return generate(
+        model,
+        start,
+        max_len,
+        temperature=temperature,
+        top_k=top_k,
+        generator=generator,
+        stop_token=bos,
+    ).tolist()
 
 
 def _forward_cached(w, idx, cache, n_head):

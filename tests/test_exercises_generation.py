@@ -18,7 +18,7 @@ def test_filter_solution_is_the_library_filter():
         logits = torch.randn(4, 12, generator=g) * 2
         assert torch.equal(
             generation.solution_filter_logits(logits, top_k, top_p),
-            filter_logits(logits, top_k, top_p),
+            filter_logits(logits, top_k=top_k, top_p=top_p),
         )
 
 
@@ -89,7 +89,16 @@ def test_step_solution_is_one_step_of_generate(temperature, top_k, top_p):
     model = GPT(textbook(vocab_size=11, block_size=6, n_layer=1, n_head=2, n_embd=16)).eval()
     idx = torch.randint(0, 11, (3, 9))  # longer than the block: both crop
     g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
-    out = generate(model, idx, 1, temperature, top_k, g1, use_cache=False, top_p=top_p)
+    out = generate(
+        model,
+        idx,
+        1,
+        temperature=temperature,
+        top_k=top_k,
+        generator=g1,
+        use_cache=False,
+        top_p=top_p,
+    )
     nxt = generation.solution_sample_step(model, idx, temperature, top_k, top_p, g2)
     assert torch.equal(out[:, -1:], nxt)
 
@@ -111,7 +120,7 @@ def _step(eval_mode, restore, crop=True, greedy=True):
             model.train()
         if temperature == 0 and greedy:
             return logits.argmax(dim=-1, keepdim=True)
-        logits = filter_logits(logits / temperature, top_k, top_p)
+        logits = filter_logits(logits / temperature, top_k=top_k, top_p=top_p)
         return torch.multinomial(logits.softmax(-1), 1, generator=generator)
 
     return sample_step

@@ -10,7 +10,7 @@ from gptlib.config import gpt2
 from gptlib.exercises import gpt2 as ex_gpt2
 from gptlib.exercises.checking import refusal_message
 from gptlib.exercises.table import REFUSALS
-from gptlib.gpt2 import BLOCK_NAMES, TABLE_NAMES, gptlib_name, gptlib_state_dict
+from gptlib.huggingface import BLOCK_NAMES, TABLE_NAMES, gptlib_name, gptlib_state_dict
 from gptlib.model import GPT
 
 NAME = "to_gptlib"
@@ -231,9 +231,9 @@ def test_the_library_converter_is_refused():
     assert not result.passed
     assert result.message == refusal_message(NAME, refusal)
     # and put back afterwards
-    import gptlib.gpt2
+    import gptlib.huggingface
 
-    assert gptlib.gpt2.gptlib_state_dict is gptlib_state_dict
+    assert gptlib.huggingface.gptlib_state_dict is gptlib_state_dict
 
 
 def test_the_library_renaming_is_refused():

@@ -15,8 +15,10 @@ def test_solution_is_the_library_row_by_row():
     taus = torch.tensor([0.0, 0.5, 1.0, 3.0])
     probs = logits.solution_temperature_probs(x, taus)
     for row, tau in enumerate(taus.tolist()):
-        torch.testing.assert_close(probs[row], next_token_probs(x[row], tau))
-    torch.testing.assert_close(logits.solution_temperature_probs(x, 0.3), next_token_probs(x, 0.3))
+        torch.testing.assert_close(probs[row], next_token_probs(x[row], temperature=tau))
+    torch.testing.assert_close(
+        logits.solution_temperature_probs(x, 0.3), next_token_probs(x, temperature=0.3)
+    )
     exact = logits.solution_temperature_probs(torch.tensor([[0.1, 3.0, -2.0]]), 0)
     assert exact.tolist() == [[0.0, 1.0, 0.0]]
 

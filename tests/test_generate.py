@@ -37,33 +37,35 @@ def _logits(B=4, V=11, seed=0):
 def test_bad_temperature_raises(small_textbook, bad):
     logits = _logits()
     with pytest.raises(ValueError, match="temperature"):
-        next_token_probs(logits, bad)
+        next_token_probs(logits, temperature=bad)
     with pytest.raises(ValueError, match="temperature"):
-        pick_next(logits, bad)
+        pick_next(logits, temperature=bad)
     with pytest.raises(ValueError, match="temperature"):
         generate(_model(small_textbook), _ids(small_textbook, 1, 2), 3, temperature=bad)
 
 
 def test_negative_temperature_message_points_to_greedy():
     with pytest.raises(ValueError, match="use 0 for greedy"):
-        next_token_probs(_logits(), -1.0)
+        next_token_probs(_logits(), temperature=-1.0)
 
 
 @pytest.mark.parametrize("temperature", [0.25, 1.0, 2.0])
 def test_temperature_divides_the_logits(temperature):
     logits = _logits()
     expected = (logits / temperature).softmax(-1)
-    torch.testing.assert_close(next_token_probs(logits, temperature), expected)
+    torch.testing.assert_close(next_token_probs(logits, temperature=temperature), expected)
 
 
 def test_temperature_zero_is_the_argmax():
     logits = _logits()
-    probs = next_token_probs(logits, 0)
+    probs = next_token_probs(logits, temperature=0)
     assert torch.equal(probs.argmax(-1), logits.argmax(-1))
     assert torch.equal(probs.sum(-1), torch.ones(4))
     assert int((probs > 0).sum()) == 4  # all the mass on one token per row, no inf or nan
     g = torch.Generator().manual_seed(0)
-    assert torch.equal(pick_next(logits, 0, generator=g), logits.argmax(-1, keepdim=True))
+    assert torch.equal(
+        pick_next(logits, temperature=0, generator=g), logits.argmax(-1, keepdim=True)
+    )
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -86,7 +88,7 @@ def test_greedy_generation_is_a_hand_argmax_loop_and_ignores_the_generator(
 def test_lower_temperature_sharpens():
     logits = _logits(B=1)
     top = logits.argmax()
-    ps = [float(next_token_probs(logits, t)[0, top]) for t in (2.0, 1.0, 0.5, 0.1)]
+    ps = [float(next_token_probs(logits, temperature=t)[0, top]) for t in (2.0, 1.0, 0.5, 0.1)]
     assert ps == sorted(ps) and ps[-1] > 0.99
 
 
@@ -96,7 +98,7 @@ def test_lower_temperature_sharpens():
 @pytest.mark.parametrize("k", [1, 2, 5, 10])
 def test_top_k_keeps_exactly_k(k):
     logits = _logits()
-    probs = next_token_probs(logits, 1.0, top_k=k)
+    probs = next_token_probs(logits, temperature=1.0, top_k=k)
     assert torch.equal((probs > 0).sum(-1), torch.full((4,), k))
     kept = torch.topk(logits, k, dim=-1).indices
     assert torch.equal(probs.gather(-1, kept) > 0, torch.ones(4, k, dtype=torch.bool))
@@ -109,14 +111,16 @@ def test_top_k_keeps_exactly_k(k):
 def test_top_k_at_or_above_vocab_changes_nothing():
     logits = _logits()
     for k in (11, 50):
-        torch.testing.assert_close(next_token_probs(logits, 1.0, top_k=k), logits.softmax(-1))
+        torch.testing.assert_close(
+            next_token_probs(logits, temperature=1.0, top_k=k), logits.softmax(-1)
+        )
 
 
 def test_top_k_samples_only_from_the_top_k():
     logits = _logits(B=1, V=20)
     allowed = set(torch.topk(logits[0], 3).indices.tolist())
     g = torch.Generator().manual_seed(0)
-    drawn = {int(pick_next(logits, 1.5, top_k=3, generator=g)) for _ in range(300)}
+    drawn = {int(pick_next(logits, temperature=1.5, top_k=3, generator=g)) for _ in range(300)}
     assert drawn == allowed
 
 
@@ -131,7 +135,7 @@ def test_top_k_one_is_greedy(small_textbook):
 @pytest.mark.parametrize("bad", [0, -2, 2.5, "3"])
 def test_bad_top_k_raises(bad):
     with pytest.raises(ValueError, match="top_k"):
-        next_token_probs(_logits(), 1.0, top_k=bad)
+        next_token_probs(_logits(), temperature=1.0, top_k=bad)
 
 
 # --- top-p (nucleus) ------------------------------------------------------------------------------
@@ -152,7 +156,7 @@ def _nucleus_by_hand(probs_row, p):
 @pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.9, 0.99])
 def test_top_p_keeps_the_smallest_nucleus_reaching_p(p):
     logits = _logits(B=6, V=15, seed=1)
-    probs = next_token_probs(logits, 1.0, top_p=p)
+    probs = next_token_probs(logits, temperature=1.0, top_p=p)
     full = logits.softmax(-1)
     for row in range(6):
         kept = set((probs[row] > 0).nonzero().flatten().tolist())
@@ -168,20 +172,20 @@ def test_top_p_one_and_none_change_nothing():
     logits = _logits()
     for p in (None, 1, 1.0):
         torch.testing.assert_close(
-            next_token_probs(logits, 0.8, top_p=p), (logits / 0.8).softmax(-1)
+            next_token_probs(logits, temperature=0.8, top_p=p), (logits / 0.8).softmax(-1)
         )
 
 
 def test_top_p_always_keeps_the_most_likely_token():
     logits = _logits()
-    probs = next_token_probs(logits, 1.0, top_p=1e-6)
+    probs = next_token_probs(logits, temperature=1.0, top_p=1e-6)
     assert torch.equal(probs, torch.nn.functional.one_hot(logits.argmax(-1), 11).float())
 
 
 def test_top_p_is_measured_after_the_temperature():
     logits = _logits(B=8, V=15, seed=2)
-    sharp = (next_token_probs(logits, 0.3, top_p=0.8) > 0).sum()
-    flat = (next_token_probs(logits, 3.0, top_p=0.8) > 0).sum()
+    sharp = (next_token_probs(logits, temperature=0.3, top_p=0.8) > 0).sum()
+    flat = (next_token_probs(logits, temperature=3.0, top_p=0.8) > 0).sum()
     assert sharp < flat  # a flatter distribution needs more tokens to reach the same mass
 
 
@@ -205,7 +209,7 @@ def test_top_p_samples_only_from_the_nucleus(small_textbook):
     logits = _logits(B=1, V=20)
     allowed = _nucleus_by_hand(logits[0].softmax(-1).tolist(), 0.6)
     g = torch.Generator().manual_seed(0)
-    drawn = {int(pick_next(logits, 1.0, generator=g, top_p=0.6)) for _ in range(300)}
+    drawn = {int(pick_next(logits, temperature=1.0, generator=g, top_p=0.6)) for _ in range(300)}
     assert drawn == allowed
     model = _model(small_textbook)
     prompt = _ids(small_textbook, 2, 2)
@@ -218,22 +222,22 @@ def test_top_p_reaches_sample_documents_and_complete(small_textbook):
     cfg = small_textbook.replace(vocab_size=tok.vocab_size)
     model = _model(cfg)
     g = torch.Generator().manual_seed(0)
-    assert sample_documents(model, tok, 3, 6, 1.0, generator=g, top_p=1e-6) == sample_documents(
-        model, tok, 3, 6, 0.0
-    )
-    assert complete(model, tok, "ab", 5, 1.0, generator=g, top_p=1e-6) == complete(
-        model, tok, "ab", 5, 0.0
+    assert sample_documents(
+        model, tok, 3, 6, temperature=1.0, generator=g, top_p=1e-6
+    ) == sample_documents(model, tok, 3, 6, temperature=0.0)
+    assert complete(model, tok, "ab", 5, temperature=1.0, generator=g, top_p=1e-6) == complete(
+        model, tok, "ab", 5, temperature=0.0
     )
 
 
 @pytest.mark.parametrize("bad", [0, 0.0, -0.1, 1.5, float("nan"), "0.9", True])
 def test_bad_top_p_raises(small_textbook, bad):
     with pytest.raises(ValueError, match=r"top_p must be a number in \(0, 1\]"):
-        next_token_probs(_logits(), 1.0, top_p=bad)
+        next_token_probs(_logits(), temperature=1.0, top_p=bad)
     with pytest.raises(ValueError, match="top_p"):
         filter_logits(_logits(), top_p=bad)
     with pytest.raises(ValueError, match="top_p"):
-        pick_next(_logits(), 0.0, top_p=bad)
+        pick_next(_logits(), temperature=0.0, top_p=bad)
     with pytest.raises(ValueError, match="top_p"):
         generate(_model(small_textbook), _ids(small_textbook, 1, 2), 3, top_p=bad)
 
@@ -414,7 +418,13 @@ def _both_paths(model, prompt, new, temperature, top_k=None, seed=7):
     for use_cache in (True, False):
         g = torch.Generator().manual_seed(seed)
         out[use_cache] = generate(
-            model, prompt, new, temperature, top_k, generator=g, use_cache=use_cache
+            model,
+            prompt,
+            new,
+            temperature=temperature,
+            top_k=top_k,
+            generator=g,
+            use_cache=use_cache,
         )
     return out[True], out[False]
 
@@ -460,6 +470,6 @@ def test_paths_may_differ_only_after_block_size(small_textbook):
 
 
 def test_probabilities_are_a_distribution():
-    probs = next_token_probs(_logits(), 0.7, top_k=5)
+    probs = next_token_probs(_logits(), temperature=0.7, top_k=5)
     assert not torch.isnan(probs).any()
     assert math.isclose(float(probs.sum()), 4.0, rel_tol=1e-6)

@@ -21,7 +21,7 @@ from gptlib.bpe import gpt2_tokenizer  # noqa: E402
 from gptlib.cli import main  # noqa: E402
 from gptlib.config import gpt2, preset, textbook  # noqa: E402
 from gptlib.generate import generate  # noqa: E402
-from gptlib.gpt2 import GPT2FormatError, load_hf_gpt2, save_hf_gpt2  # noqa: E402
+from gptlib.huggingface import GPT2FormatError, load_hf_gpt2, save_hf_gpt2  # noqa: E402
 from gptlib.model import GPT, parameter_formula  # noqa: E402
 
 hf_logging.disable_progress_bar()

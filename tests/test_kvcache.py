@@ -288,7 +288,8 @@ def _reference_cache_path(model, idx, max_new, temperature, generator):
         if idx.size(1) - start > T:
             start = idx.size(1) - keep
         logits, _ = model(idx[:, start:])
-        idx = torch.cat([idx, pick_next(logits[:, -1], temperature, None, generator)], dim=1)
+        nxt = pick_next(logits[:, -1], temperature=temperature, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
     return idx
 
 
@@ -305,7 +306,11 @@ def test_three_blocks_of_tokens_match_a_hand_rebuilt_reference(
     calls, positions, handles = _record_calls(model)
     try:
         out = generate(
-            model, prompt, 3 * T, temperature, generator=torch.Generator().manual_seed(5)
+            model,
+            prompt,
+            3 * T,
+            temperature=temperature,
+            generator=torch.Generator().manual_seed(5),
         )
     finally:
         for h in handles:

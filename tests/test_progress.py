@@ -137,9 +137,10 @@ def test_progress_errors_are_one_line(tmp_path, capsys):
 
 
 def test_progress_is_importable_from_a_notebook():
-    from gptlib.exercises import progress
+    from gptlib.exercises.progress import progress
 
     assert callable(progress) and progress.__module__ == "gptlib.exercises.progress"
+    assert ex.progress is sys.modules["gptlib.exercises.progress"]  # the module, not hidden
 
 
 def test_the_readme_counts_the_exercises():

@@ -63,8 +63,13 @@ FILTER_MISTAKES = [
     ("removed tokens were set to 0, and exp(0) = 1 still gives them probability: for the sampler "
      "your filter removes almost nothing", partial(_filter, fill=0.0)),
     ("you returned probabilities (a softmax of the filtered logits), where the filter returns "
-     "logits", lambda *a: library_filter_logits(*a).softmax(dim=-1)),
+     "logits", lambda *a: _library_filter(*a).softmax(dim=-1)),
 ]  # fmt: skip
+
+
+def _library_filter(logits, top_k, top_p) -> torch.Tensor:
+    """The library's filter called as the reader's is, (logits, top_k, top_p)."""
+    return library_filter_logits(logits, top_k=top_k, top_p=top_p)
 
 
 def _filter_inputs(g: torch.Generator) -> tuple:
@@ -86,7 +91,7 @@ def check_filter_logits(filter_logits) -> CheckResult:
         floating = isinstance(out, torch.Tensor) and out.is_floating_point()
         return out.masked_fill(out < -1e8, float("-inf")) if floating else out
 
-    return compare("filter_logits", readers, library_filter_logits, _filter_inputs,
+    return compare("filter_logits", readers, _library_filter, _filter_inputs,
                    FILTER_MISTAKES, trials=5)  # fmt: skip
 
 
@@ -113,7 +118,7 @@ def _step(model, idx, temperature, top_k, top_p, generator, *, eval_mode=True, r
     model.train(was_training if restore else model.training)
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    probs = library_filter_logits(logits / temperature, top_k, top_p).softmax(dim=-1)
+    probs = _library_filter(logits / temperature, top_k, top_p).softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator)
 
 

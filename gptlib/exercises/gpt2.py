@@ -1,6 +1,7 @@
 """Notebook 16. `to_gptlib(hf_state)`: GPT2LMHeadModel's state dict (GPT-2's names, Conv1D weights
 [in, out]) -> a state dict gptlib's GPT loads (gptlib's names, nn.Linear weights [out, in]),
-compared name by name with the reference (what `gptlib.gpt2.gptlib_state_dict` gives, refused)."""
+compared name by name with the reference (what `gptlib.huggingface.gptlib_state_dict` gives,
+refused)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from gptlib.config import gpt2
 from gptlib.exercises.checking import CheckResult, compare, difference, solved_by
-from gptlib.gpt2 import expected_hf_shapes, gptlib_name
+from gptlib.huggingface import expected_hf_shapes, gptlib_name
 
 __all__ = ["check_to_gptlib", "solution_to_gptlib"]
 

@@ -169,8 +169,8 @@ EXERCISES: tuple[Exercise, ...] = (
         R("gptlib.bpe.train_bpe", "", "learns the merges, the whole exercise"),
     )),
     Exercise("check_to_gptlib", "16", 2, 20, refusals=(
-        R("gptlib.gpt2.gptlib_state_dict"),
-        R("gptlib.gpt2.gptlib_name",
+        R("gptlib.huggingface.gptlib_state_dict"),
+        R("gptlib.huggingface.gptlib_name",
           "",
           "renames every tensor and says which to transpose, the whole exercise"),
     )),

@@ -1,4 +1,5 @@
-"""GPT-2 in gptlib: read and write a Hugging Face GPT-2 folder, offline.
+"""GPT-2 in gptlib: read and write a Hugging Face GPT-2 folder, offline. (The `gpt2` preset,
+GPT-2 small's settings, is `gptlib.config.gpt2`; this module is what reads and writes its weights.)
 
 A Hugging Face GPT-2 folder holds `config.json` and the weights, `model.safetensors` (or the older
 `pytorch_model.bin`). GPT-2 is gptlib's GPT with four settings (see `config.gpt2`): pre-norm

@@ -1,0 +1,180 @@
+"""One name, one thing: every `gptlib.X` the READMEs name is what it says (a module stays the
+module, `help(gptlib.generate)` shows sampling, not one function), no attribute of `gptlib` or
+`gptlib.exercises` hides a submodule of the same name, and the READMEs' module list names every
+module of gptlib/, in an order where each imports only those listed before it."""
+
+import ast
+import importlib
+import importlib.util
+import pkgutil
+import pydoc
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import gptlib
+import gptlib.exercises
+
+ROOT = Path(__file__).resolve().parent.parent
+READMES = ("README.md", "README.zh-CN.md")
+# Where each README lists the modules: from this heading to the next one.
+MODULE_LIST = {"README.md": "## The library", "README.zh-CN.md": "## 库"}
+NOT_IMPORTED = {"__main__"}  # importing it runs the command line
+
+
+def _readme(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
+def _is_submodule(parent: str, name: str) -> bool:
+    try:
+        return importlib.util.find_spec(f"{parent}.{name}") is not None
+    except ModuleNotFoundError:  # parent is not a package
+        return False
+
+
+def name_problems(dotted: str) -> list[str]:
+    """What is wrong with a dotted name `gptlib.a.b...` a README gives; [] when each part that is
+    a submodule imports as that module and is what its parent's attribute of that name holds, and
+    the first part that is no submodule is an attribute of the module before it."""
+    parts = dotted.split(".")
+    module = importlib.import_module(parts[0])
+    for i, part in enumerate(parts[1:], start=1):
+        prefix = ".".join(parts[:i])
+        if _is_submodule(prefix, part):
+            sub = importlib.import_module(f"{prefix}.{part}")
+            held = getattr(module, part, sub)
+            if held is not sub:
+                return [
+                    f"{dotted}: {prefix}.{part} is a {type(held).__name__} ({held!r}), which hides "
+                    f"the module {prefix}.{part}; import the {type(held).__name__} from its module "
+                    "instead of re-exporting it under the module's name"
+                ]
+            module = sub
+            continue
+        if not hasattr(module, part):
+            return [
+                f"{dotted}: {prefix} has no {part!r}, and there is no module {prefix}.{part}; "
+                "the README names something gptlib does not have"
+            ]
+        return []
+    return []
+
+
+def _readme_names(text: str) -> list[str]:
+    return sorted(set(re.findall(r"(?<![\w.])gptlib(?:\.\w+)+", text)))
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_every_gptlib_name_in_the_readme_is_what_it_says(readme):
+    names = _readme_names(_readme(readme))
+    assert "gptlib.generate" in names  # `help(gptlib.generate)`: the README's own advice
+    problems = [p for name in names for p in name_problems(name)]
+    assert not problems, "\n".join(problems)
+
+
+def test_help_on_generate_shows_the_module():
+    shown = pydoc.render_doc(gptlib.generate, renderer=pydoc.plaintext)
+    assert isinstance(gptlib.generate, types.ModuleType), gptlib.generate
+    assert "Autoregressive sampling" in shown and "sample_documents" in shown, shown[:300]
+
+
+def shadow_problems(package: types.ModuleType) -> list[str]:
+    """Attributes of `package` with a submodule's name that are not that submodule."""
+    problems = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name in NOT_IMPORTED:
+            continue
+        sub = importlib.import_module(f"{package.__name__}.{info.name}")
+        held = getattr(package, info.name)
+        if held is not sub:
+            problems.append(
+                f"{package.__name__}.{info.name} is a {type(held).__name__} ({held!r}), not the "
+                f"module {package.__name__}.{info.name}; stop re-exporting it under that name"
+            )
+    return problems
+
+
+@pytest.mark.parametrize("package", [gptlib, gptlib.exercises], ids=lambda p: p.__name__)
+def test_no_attribute_hides_a_submodule(package):
+    problems = shadow_problems(package)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_hidden_submodule_is_found(tmp_path, monkeypatch):
+    """The checks above can fail: a package that re-exports a function under its module's name."""
+    pkg = tmp_path / "shadowpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from shadowpkg.train import train\n", encoding="utf-8")
+    (pkg / "train.py").write_text("def train():\n    pass\n", encoding="utf-8")
+    (pkg / "other.py").write_text("", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        shadowpkg = importlib.import_module("shadowpkg")
+        [problem] = shadow_problems(shadowpkg)
+        assert "shadowpkg.train is a function" in problem
+        [problem] = name_problems("shadowpkg.train.train")
+        assert "hides the module shadowpkg.train" in problem
+        assert name_problems("shadowpkg.other") == []
+        assert "has no 'gone'" in name_problems("shadowpkg.other.gone")[0]
+        assert "has no 'gone'" in name_problems("shadowpkg.gone.f")[0]
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "shadowpkg"]:
+            del sys.modules[name]
+
+
+def _listed(readme: str) -> list[str]:
+    """The modules of gptlib/ the README's module list names, in its order."""
+    text = _readme(readme)
+    start = text.index(MODULE_LIST[readme] + "\n")
+    end = text.find("\n## ", start + 1)
+    section = text[start : end if end >= 0 else None]
+    modules = {info.name for info in pkgutil.iter_modules(gptlib.__path__)}
+    found = []
+    for name in re.findall(r"`([\w.]+)`", section):
+        if name in modules and name not in found:
+            found.append(name)
+    return found
+
+
+def _imports(module: str) -> set[str]:
+    """The gptlib modules `gptlib.<module>` (every file of a package) imports, anywhere in it."""
+    path = Path(gptlib.__file__).parent / module
+    files = sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
+    found = set()
+    for file in files:
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "gptlib" and len(parts) > 1 and parts[1] != module:
+                    if _is_submodule("gptlib", parts[1]):
+                        found.add(parts[1])
+    return found
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_the_module_list_names_every_module_in_import_order(readme):
+    listed = _listed(readme)
+    modules = sorted(info.name for info in pkgutil.iter_modules(gptlib.__path__))
+    missing = [m for m in modules if m not in listed]
+    assert not missing, f"{readme}'s module list leaves out {missing}; say what each one holds"
+    late = [
+        f"{m} imports {sorted(imp - set(listed[:i]))}, listed after it"
+        for i, m in enumerate(listed)
+        if (imp := _imports(m)) - set(listed[:i])
+    ]
+    assert not late, f"{readme}: each module should import only those listed before it: {late}"
+
+
+def test_the_module_list_check_can_fail(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "_readme", lambda name: "## The library\n`config`\n")
+    assert _listed("README.md") == ["config"]

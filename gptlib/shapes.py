@@ -2,10 +2,12 @@
 size in numbers and in the textbook's letters.
 
 The shapes are never written by hand. `shape_table` runs the model once with forward hooks and
-records what actually flows. The few tensors that live only inside the attention's `forward`
-(the per-head q, k, v, the scores, the weights) are rebuilt from hooked values with the module's
-own `split_heads`, its kept weights (`keep_weights`) and its mask buffer, and are checked against
-what the module really produced.
+records what actually flows. With labels, the loss's rows are the `F.cross_entropy` call that
+`GPT.loss` really makes, watched while it runs (a torch function mode); the textbook's way of
+writing the same loss can be shown beside it. The few tensors that live only inside the
+attention's `forward` (the per-head q, k, v, the scores, the weights) are rebuilt from hooked
+values with the module's own `split_heads`, its kept weights (`keep_weights`) and its mask
+buffer, and are checked against what the module really produced.
 
 Letters are assigned from the config (T, V, d, h, d_h, L, 3d, 4d) and from the batch shape
 (B, n): each size is matched with the letters of that size. When two letters have the same size
@@ -18,9 +20,11 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from gptlib.config import GPTConfig
 from gptlib.model import GPT, IGNORE_INDEX
@@ -172,10 +176,14 @@ def symbolic_shape(
 
     Taught in notebook 04 (multi head).
     """
+    return _letters(shape, letter_sizes(cfg, B, n), hint)
+
+
+def _letters(shape: Sequence[int], sizes: Mapping[str, int], hint: Sequence[str] | None) -> str:
+    """symbolic_shape's rule, with the letters and their sizes given (in tie-break order)."""
     shape = tuple(int(s) for s in shape)
     if hint is not None and len(hint) != len(shape):
         raise ValueError(f"hint {tuple(hint)} has {len(hint)} letters for shape {shape}")
-    sizes = letter_sizes(cfg, B, n)
     out = []
     for i, size in enumerate(shape):
         candidates = [letter for letter, s in sizes.items() if s == size]
@@ -207,127 +215,230 @@ def _legend(cfg: GPTConfig, B: int | None = None, n: int | None = None) -> str:
 
 
 SHAPE_COLUMNS = ["step", "tensor", "shape", "symbolic", "dtype", "elements"]
+TEXTBOOK_LOSS = "textbook's loss"  # the step of the rows shape_table(..., textbook_loss=True) adds
 
 
 @torch.no_grad()
-def shape_table(model: GPT, idx: torch.Tensor, labels: torch.Tensor | None = None) -> Table:
+def shape_table(
+    model: GPT,
+    idx: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    textbook_loss: bool = False,
+) -> Table:
     """Run `model(idx, labels)` once and list every tensor on the way, in the order computed.
 
     Columns: step | tensor | shape | symbolic | dtype | elements. The pass runs in eval mode
     (dropout off, so the kept attention weights are the ones applied) and without gradients.
-    With labels, the loss's own steps follow: the shifted logits and labels, flattened, and the
-    scalar loss (recomputed with GPT.loss's slicing and checked equal to the model's loss).
+    With labels, the loss's rows are the real call: the logits `GPT.loss` receives, and the
+    input, the target and the result of the `F.cross_entropy` call it makes, observed while it
+    runs (how many targets it ignores included). `textbook_loss=True` adds, under the step
+    "textbook's loss", the textbook's route to the same number (`logits[:, :-1]` against
+    `labels[:, 1:]`, flattened), checked equal to the model's loss.
 
     Taught in notebook 00 (data and tokens).
     """
-    cfg = model.cfg
-    B, n = idx.shape
-    rows: list[list] = []
-
-    def add(step: str, name: str, t: torch.Tensor, hint: Sequence[str]) -> None:
-        rows.append(
-            [step, name, _shape(t), symbolic_shape(t.shape, cfg, B, n, hint), _dtype(t), t.numel()]
-        )
-
-    handles = []
-
-    def before(module, fn):
-        handles.append(module.register_forward_pre_hook(lambda m, args: fn(args[0])))
-
-    def after(module, fn):
-        handles.append(module.register_forward_hook(lambda m, args, out: fn(args[0], out)))
-
-    BND = ("B", "n", "d")
-    add("input", "idx", idx, ("B", "n"))
+    if textbook_loss and labels is None:
+        raise ValueError("textbook_loss=True needs labels: the textbook's route is a loss's")
+    rec = _Recorder(model.cfg, *idx.shape)
+    rec.add("input", "idx", idx, ("B", "n"))
     if labels is not None:
-        add("input", "labels (the same window; shifted inside the loss)", labels, ("B", "n"))
-    after(model.tok_emb, lambda i, out: add("embedding", "tok_emb(idx)", out, BND))
-    before(model.pos_emb, lambda pos: add("embedding", "pos = arange(n)", pos, ("n",)))
-    after(model.pos_emb, lambda i, out: add("embedding", "pos_emb(pos)", out, ("n", "d")))
-    before(model.drop, lambda x: add("embedding", "tok_emb(idx) + pos_emb(pos)", x, BND))
-    after(model.drop, lambda i, out: add("embedding", "x = drop(...)", out, BND))
-
-    pre = cfg.norm_placement == "pre"
+        rec.add("input", "labels (the same window; shifted inside the loss)", labels, ("B", "n"))
+    _hook_embedding(rec, model)
     for layer, block in enumerate(model.blocks):
-        _hook_attention(block.attn, f"block {layer} attention", n, add, before, after)
-        res = f"block {layer} residual + norm"
-        mlp = f"block {layer} MLP"
-        if pre:  # x = x + attn(ln1(x)); x = x + mlp(ln2(x))
-            after(
-                block.ln1, lambda i, out, s=f"block {layer} attention": add(s, "ln1(x)", out, BND)
-            )
-            before(block.ln2, lambda x, s=res: add(s, "x + attn(ln1(x))", x, BND))
-            after(block.ln2, lambda i, out, s=mlp: add(s, "ln2(x)", out, BND))
-            after(block, lambda i, out, s=res: add(s, "x + mlp(ln2(x)) = block output", out, BND))
-        else:  # x = ln1(x + attn(x)); x = ln2(x + mlp(x))
-            before(block.ln1, lambda x, s=res: add(s, "x + attn(x)", x, BND))
-            after(block.ln1, lambda i, out, s=res: add(s, "ln1(x + attn(x))", out, BND))
-            before(block.ln2, lambda x, s=res: add(s, "x + mlp(x)", x, BND))
-            after(
-                block.ln2, lambda i, out, s=res: add(s, "ln2(x + mlp(x)) = block output", out, BND)
-            )
-        act = cfg.activation
-        after(block.mlp.fc, lambda i, out, s=mlp: add(s, "fc(x)", out, ("B", "n", "4d")))
-        # The activation is a plain function, invisible to hooks; it is what mlp.proj receives.
-        before(block.mlp.proj, lambda h, s=mlp, a=act: add(s, f"{a}(fc(x))", h, ("B", "n", "4d")))
-        after(block.mlp, lambda i, out, s=mlp: add(s, "mlp(x) = proj(...)", out, BND))
-
-    after(model.ln_f, lambda i, out: add("output", "ln_f(x)", out, BND))
+        _hook_attention(rec, block.attn, f"block {layer} attention")
+        _hook_block(rec, block, layer)
+    rec.after(model.ln_f, lambda i, out: rec.add("output", "ln_f(x)", out, ("B", "n", "d")))
     captured = {}
 
     def on_logits(i, out):
         captured["logits"] = out
-        add("output", "logits = lm_head(ln_f(x))", out, ("B", "n", "V"))
+        rec.add("output", "logits = lm_head(ln_f(x))", out, ("B", "n", "V"))
 
-    after(model.lm_head, on_logits)
+    rec.after(model.lm_head, on_logits)
+    _, loss = _run_once(model, idx, labels, rec)
+    if textbook_loss:
+        _textbook_loss_rows(rec, captured["logits"], labels, loss)
 
+    title = f"One forward pass: {_legend(model.cfg, rec.B, rec.n)}"
+    footer = (
+        "Letters come from the config and the batch shape; where two letters have the same size, "
+        "the tensor's role decides."
+    )
+    return Table(SHAPE_COLUMNS, rec.rows, title, footer)
+
+
+class _Recorder:
+    """The rows of one table, and the hooks that fill them (removed together by `remove`)."""
+
+    def __init__(self, cfg: GPTConfig, B: int, n: int):
+        self.cfg, self.B, self.n = cfg, B, n
+        self.rows: list[list] = []
+        self.handles: list = []
+        self.sizes = letter_sizes(cfg, B, n)
+        # The loss's flattened rows: every position of every window, B x n of them.
+        self.flat_sizes = self.sizes | {"Bn": B * n}
+
+    def add(self, step: str, name: str, t: torch.Tensor, hint: Sequence[str], flat=False) -> None:
+        symbolic = _letters(t.shape, self.flat_sizes if flat else self.sizes, hint)
+        self.rows.append([step, name, _shape(t), symbolic, _dtype(t), t.numel()])
+
+    def before(self, module, fn) -> None:
+        self.handles.append(module.register_forward_pre_hook(lambda m, args: fn(args[0])))
+
+    def after(self, module, fn) -> None:
+        self.handles.append(module.register_forward_hook(lambda m, args, out: fn(args[0], out)))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+
+def _hook_embedding(rec: _Recorder, model: GPT) -> None:
+    BND = ("B", "n", "d")
+    rec.after(model.tok_emb, lambda i, out: rec.add("embedding", "tok_emb(idx)", out, BND))
+    rec.before(model.pos_emb, lambda pos: rec.add("embedding", "pos = arange(n)", pos, ("n",)))
+    rec.after(model.pos_emb, lambda i, out: rec.add("embedding", "pos_emb(pos)", out, ("n", "d")))
+    rec.before(model.drop, lambda x: rec.add("embedding", "tok_emb(idx) + pos_emb(pos)", x, BND))
+    rec.after(model.drop, lambda i, out: rec.add("embedding", "x = drop(...)", out, BND))
+
+
+def _hook_block(rec: _Recorder, block, layer: int) -> None:
+    """Rows of one block's norms, residual sums and MLP, in the order its placement computes."""
+    BND = ("B", "n", "d")
+    add, before, after = rec.add, rec.before, rec.after
+    res = f"block {layer} residual + norm"
+    mlp = f"block {layer} MLP"
+    if rec.cfg.norm_placement == "pre":  # x = x + attn(ln1(x)); x = x + mlp(ln2(x))
+        after(block.ln1, lambda i, out, s=f"block {layer} attention": add(s, "ln1(x)", out, BND))
+        before(block.ln2, lambda x, s=res: add(s, "x + attn(ln1(x))", x, BND))
+        after(block.ln2, lambda i, out, s=mlp: add(s, "ln2(x)", out, BND))
+        after(block, lambda i, out, s=res: add(s, "x + mlp(ln2(x)) = block output", out, BND))
+    else:  # x = ln1(x + attn(x)); x = ln2(x + mlp(x))
+        before(block.ln1, lambda x, s=res: add(s, "x + attn(x)", x, BND))
+        after(block.ln1, lambda i, out, s=res: add(s, "ln1(x + attn(x))", out, BND))
+        before(block.ln2, lambda x, s=res: add(s, "x + mlp(x)", x, BND))
+        after(block.ln2, lambda i, out, s=res: add(s, "ln2(x + mlp(x)) = block output", out, BND))
+    act = rec.cfg.activation
+    after(block.mlp.fc, lambda i, out, s=mlp: add(s, "fc(x)", out, ("B", "n", "4d")))
+    # The activation is a plain function, invisible to hooks; it is what mlp.proj receives.
+    before(block.mlp.proj, lambda h, s=mlp, a=act: add(s, f"{a}(fc(x))", h, ("B", "n", "4d")))
+    after(block.mlp, lambda i, out, s=mlp: add(s, "mlp(x) = proj(...)", out, BND))
+
+
+def _run_once(model: GPT, idx, labels, rec: _Recorder):
+    """`model(idx, labels)` in eval mode with the manual attention's weights kept and the loss's
+    call observed; hooks, kept weights, the loss and the mode are put back afterwards."""
     attns = [block.attn for block in model.blocks]
     was_training = model.training
     model.eval()
     for a in attns:
         a.keep_weights = True  # the manual path, which keeps its softmax weights
     try:
-        _, loss = model(idx, labels)
+        with _observed_loss(model, lambda *seen: _loss_rows(rec, *seen)):
+            return model(idx, labels)
     finally:
-        for h in handles:
-            h.remove()
+        rec.remove()
         for a in attns:
             a.keep_weights, a.weights = False, None
         model.train(was_training)
 
-    if labels is not None:
-        logits = captured["logits"]
-        V = logits.size(-1)
-        shifted, targets = logits[:, :-1], labels[:, 1:]  # the slicing of GPT.loss
-        add("loss", "logits[:, :-1] (no label after the last position)", shifted, ("B", "n-1", "V"))
-        add("loss", "labels[:, 1:] (no prediction for the first token)", targets, ("B", "n-1"))
-        flat_logits, flat_targets = shifted.reshape(-1, V), targets.reshape(-1)
-        add("loss", "logits reshaped", flat_logits, ("B(n-1)", "V"))
-        add("loss", "labels reshaped", flat_targets, ("B(n-1)",))
-        again = F.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX)
-        _check(torch.allclose(again, loss), "the recomputed loss differs from the model's loss")
-        add("loss", "loss = cross_entropy(...) (mean over positions)", loss, ())
 
-    title = f"One forward pass: {_legend(cfg, B, n)}"
-    footer = (
-        "Letters come from the config and the batch shape; where two letters have the same size, "
-        "the tensor's role decides."
-    )
-    return Table(SHAPE_COLUMNS, rows, title, footer)
+class _CrossEntropyCalls(TorchFunctionMode):
+    """Every `F.cross_entropy` call made while the mode is on: (input, target, kwargs, result)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func is F.cross_entropy:
+            self.calls.append((args[0], args[1], kwargs, out))
+        return out
+
+
+@contextmanager
+def _observed_loss(model: GPT, record):
+    """While on, `model(idx, labels)` calls its own `GPT.loss` through a wrapper that watches
+    the `F.cross_entropy` calls it makes and hands `record(logits, labels, calls, loss)`."""
+    real = model.loss
+
+    def observed(logits, labels):
+        with _CrossEntropyCalls() as seen:
+            loss = real(logits, labels)
+        record(logits, labels, seen.calls, loss)
+        return loss
+
+    model.loss = observed  # an instance attribute: forward's `self.loss` finds it first
+    try:
+        yield
+    finally:
+        del model.loss
+
+
+def _loss_rows(rec: _Recorder, logits, labels, calls, loss) -> None:
+    """The rows of the loss as GPT.loss computed it, from the cross_entropy call it made."""
+    _check(len(calls) == 1, f"GPT.loss called F.cross_entropy {len(calls)} times, not once")
+    inputs, target, kwargs, out = calls[0]
+    _check(torch.equal(out, loss), "GPT.loss returned another number than cross_entropy's")
+    ignore = kwargs.get("ignore_index", IGNORE_INDEX)
+    ignored, total = int((target == ignore).sum()), target.numel()
+    V = logits.size(-1)
+    rec.add("loss", "GPT.loss(logits, labels): logits, all n positions", logits, ("B", "n", "V"))
+    routes = {  # what the call's tensors are, recognised among the ways to write the shift
+        "logits.reshape(-1, V)": logits.reshape(-1, V),
+        "logits[:, :-1].reshape(-1, V)": logits[:, :-1].reshape(-1, V),
+        f"pad(labels[:, 1:], {ignore}).reshape(-1)": F.pad(
+            labels[:, 1:], (0, 1), value=ignore
+        ).reshape(-1),
+        "labels[:, 1:].reshape(-1)": labels[:, 1:].reshape(-1),
+    }
+    input_name = _recognise(inputs, routes, "the logits, in another form")
+    target_name = _recognise(target, routes, "the labels, in another form")
+    rec.add("loss", f"cross_entropy input: {input_name}", inputs, ("Bn", "V"), flat=True)
+    name = f"cross_entropy target: {target_name} ({ignored} of {total} ignored)"
+    rec.add("loss", name, target, ("Bn",), flat=True)
+    how = kwargs.get("reduction", "mean")
+    over = f"mean over the {total - ignored} not ignored" if how == "mean" else how
+    rec.add("loss", f"loss = cross_entropy(...), {over}", out, ())
+
+
+def _recognise(t: torch.Tensor, routes: Mapping[str, torch.Tensor], otherwise: str) -> str:
+    for name, candidate in routes.items():
+        if t.shape == candidate.shape and torch.equal(t, candidate):
+            return name
+    return otherwise
+
+
+def _textbook_loss_rows(rec: _Recorder, logits, labels, loss) -> None:
+    """The textbook's route to the loss: cut the logits and the labels, flatten, cross_entropy."""
+    V, step = logits.size(-1), TEXTBOOK_LOSS
+    shifted, targets = logits[:, :-1], labels[:, 1:]
+    rec.add(step, "logits[:, :-1] (no label after the last position)", shifted, ("B", "n-1", "V"))
+    rec.add(step, "labels[:, 1:] (no prediction for the first token)", targets, ("B", "n-1"))
+    flat_logits, flat_targets = shifted.reshape(-1, V), targets.reshape(-1)
+    rec.add(step, "logits[:, :-1].reshape(-1, V)", flat_logits, ("B(n-1)", "V"))
+    rec.add(step, "labels[:, 1:].reshape(-1)", flat_targets, ("B(n-1)",))
+    again = F.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX)
+    _check(torch.allclose(again, loss), "the textbook's route gives another loss than the model's")
+    rec.add(step, "cross_entropy(...) = the model's loss (torch.allclose)", again, ())
 
 
 def _check(ok: bool, what: str) -> None:
     if not ok:
-        raise RuntimeError(f"shape_table: {what}; the attention code and this table disagree")
+        raise RuntimeError(f"shape_table: {what}; the model's code and this table disagree")
 
 
-def _hook_attention(attn, step: str, n: int, add, before, after) -> None:
+def _hook_attention(rec: _Recorder, attn, step: str) -> None:
     """Rows for the inside of one CausalSelfAttention, from its own pieces.
 
     Hooks see qkv's output and proj's input. In between, the module splits the heads, scores,
     masks and takes the softmax; those tensors are rebuilt from qkv's output with the module's
     own `split_heads` and `future` buffer, and checked against the weights the module kept and
     against what proj received."""
+    add, before, after, n = rec.add, rec.before, rec.after, rec.n
     state = {}
 
     def on_qkv(x, out):

@@ -1,16 +1,17 @@
 """Notebook 14, the capstone: each kept slip is named by its row, the slips the notebook plants are
 named in their pieces, a cut gradient shows in the forward's check and in the training check, and
-the reference pieces, forward, loop and sampler give what gptlib's GPT gives."""
+the reference pieces, forward, loop and sampler give what gptlib's GPT gives (the plain-tensor
+tools and the climb with the reader's pieces are gptlib.ladder's, tested in test_ladder)."""
 
 import pytest
 import torch
 
 from gptlib.checkpoint import load_asset
-from gptlib.config import microgpt, textbook
+from gptlib.config import microgpt
 from gptlib.data import load_corpus
 from gptlib.exercises import your_gpt as Y
 from gptlib.generate import generate
-from gptlib.ladder import climb
+from gptlib.ladder import estimate_forward_loss, gpt_optimizer, gpt_weights, trainable
 from gptlib.model import GPT
 from gptlib.train import estimate_loss, train
 
@@ -104,32 +105,22 @@ def asset():
     return load_asset(Y.ASSET)
 
 
-def test_the_weights_are_the_models_tensors_in_state_dict_order(asset):
-    w = Y.gpt_weights(asset.model)
-    state = asset.model.state_dict()
-    assert [t.data_ptr() for _, t in Y.flat_names(w)] != [t.data_ptr() for t in state.values()]
-    for (_, t), s in zip(Y.flat_names(w), state.values(), strict=True):
-        assert torch.equal(t, s)
-    with pytest.raises(ValueError, match="microgpt-style"):
-        Y.gpt_weights(GPT(textbook(27)))
-
-
 def test_the_reference_forward_and_its_loss_are_the_librarys(asset):
-    model, w = asset.model, Y.gpt_weights(asset.model)
+    model, w = asset.model, gpt_weights(asset.model)
     idx = torch.randint(0, 27, (3, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.allclose(Y.reference_forward(w, idx, 4), model(idx)[0], atol=1e-5)
     val = load_corpus("names").val
-    ours = Y.estimate_forward_loss(Y.reference_forward, w, val, 4, n_batches=5)
+    ours = estimate_forward_loss(Y.reference_forward, w, val, 4, n_batches=5)
     assert abs(ours - estimate_loss(model, val, n_batches=5)) < 1e-5
 
 
 def test_the_reference_loop_is_gptlibs_train():
     torch.manual_seed(0)
     model = GPT(microgpt(27)).double()
-    w = Y.trainable(Y.gpt_weights(model))
+    w = trainable(gpt_weights(model))
     tokens = load_corpus("names").train
-    losses = Y.train_gpt(Y.reference_forward, R.lm_loss, w, Y.gpt_optimizer(w), tokens, 20, 8,
+    losses = Y.train_gpt(Y.reference_forward, R.lm_loss, w, gpt_optimizer(w), tokens, 20, 8,
                          1e-2, 5, 1.0, 0, 4)  # fmt: skip
     history = train(model, tokens, 20, 8, max_lr=1e-2, warmup=5, schedule="cosine", clip=1.0,
                     seed=0, eval_every=0)  # fmt: skip
@@ -138,20 +129,9 @@ def test_the_reference_loop_is_gptlibs_train():
 
 def test_the_reference_sampler_draws_generates_names(asset):
     model = asset.model.double()
-    w, bos = Y.gpt_weights(model), asset.tokenizer.bos_id
+    w, bos = gpt_weights(model), asset.tokenizer.bos_id
     names = Y.sample_names(Y.reference_forward, w, 4, bos, 6, torch.Generator().manual_seed(5),
                            0.7, 5, 12)  # fmt: skip
-    out = generate(model, torch.full((6, 1), bos), 12, 0.7, 5, torch.Generator().manual_seed(5),
-                   bos, use_cache=False)  # fmt: skip
+    out = generate(model, torch.full((6, 1), bos), 12, temperature=0.7, top_k=5,
+                   generator=torch.Generator().manual_seed(5), stop_token=bos, use_cache=False)  # fmt: skip
     assert names == [r[: r.index(bos)] if bos in r else r for r in out[:, 1:].tolist()]
-
-
-def test_climbing_with_the_reference_pieces_is_gptlibs_ladder():
-    corpus = load_corpus("names")
-    kw = dict(steps=15, batch_size=8, max_lr=1e-2, seed=0)
-    mine = Y.climb_yours(corpus, pieces=R, forward=Y.forward, train_fn=Y.train_gpt,
-                         eval_batches=3, **kw)  # fmt: skip
-    library = climb(corpus, min_lr=0.0, eval_batches=3, **kw)
-    for a, b in zip(mine, library, strict=True):
-        assert (a.name, a.parameters) == (b.name, b.parameters)
-        assert abs(a.val_loss - b.val_loss) < 1e-4

@@ -1,11 +1,26 @@
-"""The ladder of models behind "what each piece buys": which pieces each rung has."""
+"""The ladder of models behind "what each piece buys": which pieces each rung has; the rungs as
+plain tensors, run by the course's pieces, give the rung's logits, and climbed with them and the
+course's loop, the library's ladder."""
 
 import pytest
 import torch
 
 from gptlib import GPT, microgpt
 from gptlib.attention import CausalSelfAttention
-from gptlib.ladder import RUNGS, PartialGPT, build_rung
+from gptlib.checkpoint import load_asset
+from gptlib.config import textbook
+from gptlib.data import load_corpus
+from gptlib.exercises import your_gpt
+from gptlib.ladder import (
+    RUNGS,
+    PartialGPT,
+    build_rung,
+    climb,
+    climb_yours,
+    flat_names,
+    gpt_weights,
+    rung_forwards,
+)
 from gptlib.mlp import MLP
 from gptlib.train import train
 
@@ -56,3 +71,37 @@ def test_loss_matches_gpt_loss_and_bad_rung_is_refused():
     torch.testing.assert_close(loss, GPT.loss(logits, idx))
     with pytest.raises(ValueError, match="unknown rung 'norms'; the rungs are bigram"):
         build_rung("norms")
+
+
+def test_the_weights_are_the_models_tensors_in_state_dict_order():
+    model = load_asset(your_gpt.ASSET).model
+    w, state = gpt_weights(model), model.state_dict()
+    assert [t.data_ptr() for _, t in flat_names(w)] != [t.data_ptr() for t in state.values()]
+    for (_, t), s in zip(flat_names(w), state.values(), strict=True):
+        assert torch.equal(t, s)
+    with pytest.raises(ValueError, match=r"microgpt-style .* got \(norm, placement, activation"):
+        gpt_weights(GPT(textbook(27)))
+
+
+def test_each_rung_on_plain_tensors_gives_the_rungs_logits():
+    forwards = rung_forwards(your_gpt.reference, your_gpt.forward)
+    idx = torch.randint(0, 27, (2, 8), generator=torch.Generator().manual_seed(0))
+    for name in RUNGS:
+        torch.manual_seed(0)
+        model = build_rung(name)
+        w = gpt_weights(model)
+        assert (w["pos_emb"] == 0).all() == (name == "bigram"), name
+        with torch.no_grad():
+            ours = forwards[name](w, idx, model.cfg.n_head)
+            torch.testing.assert_close(ours, model(idx)[0], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_climbing_with_the_course_pieces_is_the_librarys_ladder():
+    corpus = load_corpus("names")
+    kw = dict(steps=15, batch_size=8, max_lr=1e-2, seed=0)
+    ours = climb_yours(corpus, pieces=your_gpt.reference, forward=your_gpt.forward,
+                       train_fn=your_gpt.train_gpt, eval_batches=3, **kw)  # fmt: skip
+    library = climb(corpus, min_lr=0.0, eval_batches=3, **kw)
+    for a, b in zip(ours, library, strict=True):
+        assert (a.name, a.parameters) == (b.name, b.parameters)
+        assert abs(a.val_loss - b.val_loss) < 1e-4

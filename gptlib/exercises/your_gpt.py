@@ -1,17 +1,12 @@
-"""Notebook 14, the capstone: microgpt on a dict of plain tensors, trained, sampled and cached.
-
-The pieces are the reader's earlier exercises, handed in as `pieces` (the notebook takes them
-with `yours.use`): embed (01), qkv_split (02), causal_attention (03), split_heads and merge_heads
-(04), rmsnorm and pre_norm_block (06), mlp_forward (07), lm_loss (09). New here: `forward` (their
-wiring, on the dict of `gpt_weights`, every matrix [out, in]), `train_gpt`, `sample_names`,
-`cached_attention` and `forward_cached`. Each check goes through `checking.compare`.
-"""
+"""Notebook 14, the capstone: microgpt on a dict of plain tensors (`gpt_weights`), wired from the
+reader's earlier pieces (PIECE_CHECKS, handed in as `pieces`), trained, sampled and cached."""
 
 from __future__ import annotations
 
 import math
 import types
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -26,13 +21,12 @@ from gptlib.exercises.mlp import check_mlp
 from gptlib.exercises.multi_head import check_merge_heads, check_split_heads
 from gptlib.exercises.norms import check_pre_norm_block, check_rmsnorm
 from gptlib.exercises.qkv import check_qkv_split
-from gptlib.ladder import RUNGS, Rung, build_rung
-from gptlib.model import GPT
+from gptlib.ladder import gpt_optimizer, gpt_weights, trainable
 from gptlib.train import learning_rate
 
+# The plain-tensor tools (gpt_weights, trainable, ...) and climb_yours are gptlib.ladder's.
 __all__ = ["check_gpt_cached_attention", "check_gpt_forward", "check_gpt_forward_cached",
-           "check_gpt_sample", "check_gpt_train", "climb_yours", "estimate_forward_loss",
-           "gpt_optimizer", "gpt_weights", "planted_slip", "trainable"]  # fmt: skip
+           "check_gpt_sample", "check_gpt_train", "planted_slip"]  # fmt: skip
 
 ASSET = "names-microgpt-h4.pt"
 # The pieces the capstone brings, each with the check of the notebook that taught it.
@@ -42,10 +36,7 @@ PIECE_CHECKS = dict(embed=check_embed, qkv_split=check_qkv_split, split_heads=ch
                     mlp_forward=check_mlp, lm_loss=check_lm_loss)  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------------------
-# The reference solutions
-
-
+# --- The reference solutions
 def _attention(p, bw, n_head):
     """The attention sublayer made of the pieces: h [B, n, d] -> [B, n, d]."""
 
@@ -110,7 +101,7 @@ def sample_names(forward_fn, w, n_head, bos, num, generator, temperature=1.0, to
 
 
 def cached_attention(x, w_qkv, w_proj, n_head, past):
-    """x [B, n, d] of the new tokens, past None or (k, v) each [B, h, p, d_h] ->
+    """x [B, n, d] (the new tokens), past None or (k, v) each [B, h, p, d_h] ->
     (output [B, n, d], (k, v) each [B, h, p + n, d_h])."""
     B, n, d = x.shape
     d_h = d // n_head
@@ -126,16 +117,14 @@ def cached_attention(x, w_qkv, w_proj, n_head, past):
 
 
 def forward_cached(w, idx, cache, n_head, pieces):
-    """The new ids idx [B, n] -> their logits [B, n, V]; `cache` (a list, one (k, v) per block)
-    is extended or updated in place."""
+    """The new ids idx [B, n] -> logits [B, n, V]; `cache` (a (k, v) per block) updated in place."""
     p, at = pieces, cache[0][0].size(2) if cache else 0
     x = p.embed(idx, w["tok_emb"], w["pos_emb"][at:])  # positions at .. at + n - 1
     for i, bw in enumerate(w["blocks"]):
 
         def attend(h, i=i, bw=bw):
-            y, kv = p.cached_attention(
-                h, bw["qkv"], bw["attn_proj"], n_head, cache[i] if at else None
-            )
+            past = cache[i] if at else None
+            y, kv = p.cached_attention(h, bw["qkv"], bw["attn_proj"], n_head, past)
             cache[i : i + 1] = [kv]  # block i's entry: added the first time, then replaced
             return y
 
@@ -144,10 +133,8 @@ def forward_cached(w, idx, cache, n_head, pieces):
 
 
 # The course's pieces: each earlier exercise's reference, and this notebook's cached attention.
-reference = types.SimpleNamespace(
-    **{name: check.solution for name, check in PIECE_CHECKS.items()},
-    cached_attention=cached_attention,
-)
+reference = types.SimpleNamespace(**{n: c.solution for n, c in PIECE_CHECKS.items()},
+                                  cached_attention=cached_attention)  # fmt: skip
 
 
 def _with(**changed) -> types.SimpleNamespace:
@@ -158,85 +145,13 @@ def reference_forward(w, idx, n_head):
     return forward(w, idx, n_head, reference)
 
 
-# ---------------------------------------------------------------------------------------------
-# The weights as plain tensors
-
-_INNER = dict(ln1="ln1", qkv="attn.qkv", attn_proj="attn.proj", ln2="ln2", fc="mlp.fc",
-              mlp_proj="mlp.proj")  # fmt: skip
-
-
-def gpt_weights(model) -> dict:
-    """Copies of a microgpt-style model's weights (a GPT or a rung of gptlib.ladder, where a rung
-    without attention gets a position table of zeros): {"tok_emb", "pos_emb", "blocks": [{"ln1",
-    "qkv", "attn_proj", "ln2", "fc", "mlp_proj"}], "ln_f", "lm_head"}, those the model has."""
-    cfg = model.cfg
-    if (cfg.norm, cfg.norm_placement, cfg.activation, cfg.bias) != (
-        "rmsnorm",
-        "pre",
-        "relu",
-        False,
-    ):
-        raise ValueError(
-            "gpt_weights reads a microgpt-style model (pre-norm RMSNorm, ReLU, no biases)"
-        )
-    s = {k.removesuffix(".weight"): t.detach().clone() for k, t in model.state_dict().items()}
-    s.setdefault("pos_emb", torch.zeros(cfg.block_size, cfg.n_embd))
-    heads = [f"blocks.{i}." for i in range(cfg.n_layer)] if isinstance(model, GPT) else [""]
-    blocks = [{k: s[b + m] for k, m in _INNER.items() if b + m in s} for b in heads]
-    return {"tok_emb": s["tok_emb"], "pos_emb": s["pos_emb"], "blocks": blocks,
-            **{k: s[k] for k in ("ln_f", "lm_head") if k in s}}  # fmt: skip
-
-
-def flat_names(w: dict) -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) for every weight, in GPT.state_dict()'s order: "tok_emb", ..., "blocks.0.qkv", ..."""
-    blocks = [(f"blocks.{i}.{k}", t) for i, bw in enumerate(w["blocks"]) for k, t in bw.items()]
-    return [x for k, t in w.items() for x in (blocks if k == "blocks" else [(k, t)])]
-
-
-def _cast(w, f):
-    """w with f applied to every tensor in its dicts and lists."""
-    if isinstance(w, dict):
-        return {k: _cast(v, f) for k, v in w.items()}
-    return [_cast(v, f) for v in w] if isinstance(w, list) else f(w)
-
-
-def trainable(w: dict) -> dict:
-    """The same weights as leaf tensors that keep a gradient (copies)."""
-    return _cast(w, lambda t: t.detach().clone().requires_grad_())
-
-
-def gpt_optimizer(w: dict, lr: float = 1e-2, weight_decay: float = 0.1) -> torch.optim.AdamW:
-    """gptlib.train.make_optimizer for a dict of weights: AdamW, betas (0.9, 0.95), matrices and
-    tables decayed, gains (1-D) not."""
-    ts = [t for _, t in flat_names(w)]
-    groups = [dict(params=[t for t in ts if t.dim() >= 2], weight_decay=weight_decay),
-              dict(params=[t for t in ts if t.dim() < 2], weight_decay=0.0)]  # fmt: skip
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=True)
-
-
-@torch.no_grad()
-def estimate_forward_loss(fn, w, tokens, n_head, batch_size=32, n_batches=50, seed=1234) -> float:
-    """gptlib.train.estimate_loss for a forward_fn(w, idx, n_head): the same windows (same seed,
-    same batches), scored by GPT.loss."""
-    g = torch.Generator().manual_seed(seed)
-    block = min(w["pos_emb"].shape[0], tokens.numel() - 1)
-    batches = [sample_batch(tokens, batch_size, block, g) for _ in range(n_batches)]
-    return sum(float(GPT.loss(fn(w, idx, n_head), labels)) for idx, labels in batches) / n_batches
-
-
-# ---------------------------------------------------------------------------------------------
-# The forward, on random weights
-
+# --- The forward, on random weights
 _B, _V, _T, _D, _H = 2, 11, 7, 12, 3  # V != T != d, h > 1: a mixed-up axis changes a shape
 
 
-def _weights(g: torch.Generator, n_layer: int = 2) -> dict:
-    def r(*shape, scale=0.3):
-        return scale * torch.randn(*shape, generator=g)
-
-    def gain():
-        return 0.5 + torch.rand(_D, generator=g)  # distinct gains, so a missing one shows
-
+def _weights(g: torch.Generator, n_layer: int = 2, dtype=torch.float32) -> dict:
+    r = lambda *shape, scale=0.3: (scale * torch.randn(*shape, generator=g)).to(dtype)  # noqa: E731
+    gain = lambda: (0.5 + torch.rand(_D, generator=g)).to(dtype)  # noqa: E731  (distinct gains)
     blocks = [dict(ln1=gain(), qkv=r(3 * _D, _D, scale=0.6), attn_proj=r(_D, _D), ln2=gain(),
                    fc=r(4 * _D, _D), mlp_proj=r(_D, 4 * _D)) for _ in range(n_layer)]  # fmt: skip
     return dict(tok_emb=r(_V, _D, scale=1.0), pos_emb=r(_T, _D, scale=1.0), blocks=blocks,
@@ -253,10 +168,11 @@ def _no_first_residual(x, sublayers):
     return reference.pre_norm_block(f(norm(x)), rest)
 
 
-def _fwd(w, idx, n_head, *, act=torch.relu, final_norm=True, project=True, probs=False, **slip):
+def _fwd(w, idx, n_head, pieces, *, act=torch.relu, final_norm=True, project=True, probs=False,
+         **slip):  # fmt: skip
     """The reference forward on the reference pieces, one thing done wrong."""
-    p = _with(**slip)
-    p.mlp_forward = lambda h, w_fc, w_proj, _: reference.mlp_forward(h, w_fc, w_proj, act)
+    p = _with(mlp_forward=lambda h, w_fc, w_proj, _: reference.mlp_forward(h, w_fc, w_proj, act),
+              **slip)  # fmt: skip
     if not final_norm:
         p.rmsnorm = lambda h, g: h if g is w["ln_f"] else reference.rmsnorm(h, g)
     if not project:
@@ -265,36 +181,28 @@ def _fwd(w, idx, n_head, *, act=torch.relu, final_norm=True, project=True, probs
     return logits.softmax(-1) if probs else logits
 
 
-def _fwd_slip(**switches) -> Callable:
-    return lambda w, idx, n_head, pieces: _fwd(w, idx, n_head, **switches)
-
-
+SLIPS = {"no scale": dict(causal_attention=_unscaled),
+         "no residual": dict(pre_norm_block=_no_first_residual)}  # fmt: skip
 # fmt: off
 FORWARD_MISTAKES = [
     ("the final norm is missing: the head reads the last block's output as it is, and w['ln_f'] "
-     "is never used", _fwd_slip(final_norm=False)),
+     "is never used", partial(_fwd, final_norm=False)),
     ("the MLP runs GELU, not microgpt's ReLU: small negative values get through where the model "
-     "has zeros", _fwd_slip(act=F.gelu)),
+     "has zeros", partial(_fwd, act=F.gelu)),
     ("attention's output is not projected: the heads side by side go straight into the residual "
-     "sum, and attn_proj is never used", _fwd_slip(project=False)),
+     "sum, and attn_proj is never used", partial(_fwd, project=False)),
     ("these are probabilities: your forward applies a softmax, so each row sums to 1, and the "
-     "loss and the sampler would apply theirs a second time", _fwd_slip(probs=True)),
+     "loss and the sampler would apply theirs a second time", partial(_fwd, probs=True)),
     ("causal_attention does not scale its scores: each is sqrt(d_h) times too large, so its "
-     "softmax is sharper than the model's", _fwd_slip(causal_attention=_unscaled)),
+     "softmax is sharper than the model's", partial(_fwd, **SLIPS["no scale"])),
     ("pre_norm_block adds no residual around attention: its output replaces x, so the block's "
-     "input never reaches the MLP or the block's output",
-     _fwd_slip(pre_norm_block=_no_first_residual)),
+     "input never reaches the MLP or the block's output", partial(_fwd, **SLIPS["no residual"])),
 ]
 # fmt: on
-SLIPS = {
-    "no scale": dict(causal_attention=_unscaled),
-    "no residual": dict(pre_norm_block=_no_first_residual),
-}
 
 
 def planted_slip(name: str) -> types.SimpleNamespace:
-    """The reference pieces with one known slip planted in one of them, for seeing what the
-    checker says: `check_gpt_forward(forward, planted_slip("no scale"))`."""
+    """The reference pieces with one known slip (a key of SLIPS), to see what the check says."""
     if name not in SLIPS:
         raise ValueError(f"unknown slip {name!r}; choose one of {', '.join(SLIPS)}")
     return _with(**SLIPS[name])
@@ -305,23 +213,15 @@ def _forward_inputs(g: torch.Generator, pieces=None) -> tuple:
     return _weights(g), torch.randint(0, _V, (_B, n), generator=g), _H, pieces or reference
 
 
-def _reference(w, idx, n_head, pieces):
-    return reference_forward(w, idx, n_head)
-
-
 @solved_by(forward)
 def check_gpt_forward(fn: Callable, pieces=None) -> CheckResult:
-    """`forward(w, idx, n_head, pieces)` on random weights (V=11, T=7, d=12, 3 heads, 2 blocks),
-    handed `pieces` (the reference's when None), against the reference forward on the reference
-    pieces: the logits, then the gradient of every weight."""
+    """`forward(w, idx, n_head, pieces)` (V=11, T=7, d=12, 3 heads, 2 blocks) on `pieces`, against
+    the reference on the reference pieces: the logits, then every weight's gradient."""
     inputs = lambda g: _forward_inputs(g, pieces)  # noqa: E731
-    return compare("forward", fn, _reference, inputs, FORWARD_MISTAKES)
+    return compare("forward", fn, _bound(reference_forward), inputs, FORWARD_MISTAKES)
 
 
-# ---------------------------------------------------------------------------------------------
-# The training loop: the reader's loop trains the forward it is handed, beside the reference loop
-# training the reference forward, from the same weights
-
+# --- The training loop: the reader's trains the forward handed, the reference the reference
 TRAIN = (6, 4, 1e-2, 2, 0.2)  # steps, batch_size, max_lr, warmup, clip
 
 
@@ -361,7 +261,7 @@ LOOP_MISTAKES = [
 
 
 def _trained(train_fn: Callable, forward_fn: Callable, loss_fn: Callable, **switches) -> Callable:
-    """train_fn run on trainable copies of w: (the losses as float64, the final weights)."""
+    """train_fn run on trainable copies of w: (the losses in float64, the final weights)."""
 
     def run(w, tokens, seed):
         w = trainable(w)
@@ -377,15 +277,14 @@ def _bound(forward_fn):
 
 
 def _train_inputs(g: torch.Generator) -> tuple:
-    w = _cast(_weights(g), torch.Tensor.double)
-    return w, torch.randint(0, _V, (300,), generator=g), g.initial_seed() % 7
+    tokens = torch.randint(0, _V, (300,), generator=g)
+    return _weights(g, dtype=torch.float64), tokens, g.initial_seed() % 7
 
 
 @solved_by(train_gpt)
 def check_gpt_train(fn: Callable, forward_fn: Callable | None = None, loss_fn=None) -> CheckResult:
-    """`train_gpt` for 6 steps on float64 copies of random weights (3 seeds), training
-    `forward_fn` with `loss_fn` (the references' when None), beside the reference loop training
-    the reference forward: the losses and the final weights."""
+    """`train_gpt` training `forward_fn` with `loss_fn` (the references' when None) for 6 steps on
+    float64 random weights, beside the reference loop and forward: the losses and final weights."""
     forward_fn, loss_fn = forward_fn or reference_forward, loss_fn or reference.lm_loss
     ref = _trained(train_gpt, reference_forward, reference.lm_loss)
     wrong = [(hint, _trained(_loop, forward_fn, loss_fn, **s)) for hint, s in LOOP_MISTAKES]
@@ -393,20 +292,12 @@ def check_gpt_train(fn: Callable, forward_fn: Callable | None = None, loss_fn=No
     result = compare("train_gpt", user, ref, _train_inputs, wrong, atol=1e-8, rtol=1e-6, grads=False)  # fmt: skip
     if result or "values differ" not in result.message:
         return result
-    trains = compare("forward", _bound(forward_fn), _reference, _forward_inputs)
-    if trains:
-        return result
-    return CheckResult(False, f"✗ train_gpt: the forward it trains: {trains.message[11:]}")
+    trains = compare("forward", _bound(forward_fn), _bound(reference_forward), _forward_inputs)
+    cut = CheckResult(False, f"✗ train_gpt: the forward it trains: {trains.message[11:]}")
+    return result if trains else cut
 
 
-# ---------------------------------------------------------------------------------------------
-# The sampler: the names drawn with the trained microgpt from equal generators
-
-
-def _keep_bos(sampler, forward_fn, w, n_head, bos, *args):
-    return [[bos, *name] for name in sampler(forward_fn, w, n_head, bos, *args)]
-
-
+# --- The sampler: the names drawn with the trained microgpt from equal generators
 # fmt: off
 SAMPLE_MISTAKES = [  # each (message, the reference run another way)
     ("the logits were multiplied by the temperature: a temperature below 1 then flattens the "
@@ -415,7 +306,8 @@ SAMPLE_MISTAKES = [  # each (message, the reference run another way)
     ("the next token was drawn from the first position's logits: every step predicts what follows "
      "the row's first token, whatever came after it",
      lambda s, f, w, *a: s(lambda w, idx, h: f(w, idx, h)[:, :1], w, *a)),
-    ("each name still starts with the BOS id it was started from", _keep_bos),
+    ("each name still starts with the BOS id it was started from",
+     lambda s, f, w, h, bos, *a: [[bos, *name] for name in s(f, w, h, bos, *a)]),
 ]
 # fmt: on
 SAMPLE_SETTINGS = ((1.0, None), (0.7, 5), (1.5, 3))  # (temperature, top_k), one per trial
@@ -424,8 +316,7 @@ CROP_HINTS = [("must match the size", CROP), ("out of bounds", CROP)]
 
 
 def _drawn(sampler: Callable, how: Callable | None = None) -> Callable:
-    """sampler run with the reference forward from a generator seeded 5: its 6 names of up to 12
-    tokens (more than the block of 8) as one tensor, -1 after each name."""
+    """sampler run with the reference forward, seed 5: 6 names of up to 12 tokens, -1 after each."""
 
     def run(w, n_head, bos, temperature, top_k):
         g = torch.Generator().manual_seed(5)
@@ -444,28 +335,23 @@ def _sample_inputs(g: torch.Generator) -> tuple:
 
 @solved_by(sample_names)
 def check_gpt_sample(fn: Callable) -> CheckResult:
-    """`sample_names(forward_fn, w, n_head, bos, num, generator, temperature, top_k, max_len)`
-    with the reference forward and the trained microgpt (float64) at three settings of
-    temperature and top_k, from equal generators."""
+    """`sample_names` with the reference forward and the trained microgpt (float64) at three
+    settings of temperature and top_k, from equal generators."""
     wrong = [(hint, _drawn(sample_names, how)) for hint, how in SAMPLE_MISTAKES]
     return compare("sample_names", _drawn(fn), _drawn(sample_names), _sample_inputs, wrong,
                    error_hints=CROP_HINTS, grads=False)  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------------------
-# The cache
-
-
+# --- The cache
 def _cached(x, w_qkv, w_proj, n_head, past, *, mask="offset", use_past=True, keep_all=True):
     B, n, d = x.shape
-    q, k, v = (
-        t.view(B, n, n_head, d // n_head).transpose(1, 2) for t in (x @ w_qkv.T).split(d, -1)
-    )
+    d_h = d // n_head
+    q, k, v = (t.view(B, n, n_head, d_h).transpose(1, 2) for t in (x @ w_qkv.T).split(d, -1))
     k_new, v_new = k, v
     if past is not None and use_past:
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
     p = k.size(2) - n
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d // n_head)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_h)
     if mask:
         hidden = torch.ones(n, p + n, dtype=torch.bool).triu(p + 1 if mask == "offset" else 1)
         scores = scores.masked_fill(hidden, float("-inf"))
@@ -473,20 +359,17 @@ def _cached(x, w_qkv, w_proj, n_head, past, *, mask="offset", use_past=True, kee
     return y, (k, v) if keep_all else (k_new, v_new)
 
 
-def _cached_slip(**switches) -> Callable:
-    return lambda *args: _cached(*args, **switches)
-
-
 # fmt: off
 CACHED_MISTAKES = [
     ("no mask: when several new tokens come at once (the prefill), each sees the ones after it",
-     _cached_slip(mask=None)),
+     partial(_cached, mask=None)),
     ("the mask is the plain square one, laid over the first keys: with p positions cached, new "
-     "token i is kept from keys it may see, cached ones among them", _cached_slip(mask="square")),
+     "token i is kept from keys it may see, cached ones among them",
+     partial(_cached, mask="square")),
     ("the new tokens attend only to each other: the keys and values in `past` never joined theirs",
-     _cached_slip(use_past=False)),
+     partial(_cached, use_past=False)),
     ("the output is right, but the returned (k, v) hold only the new positions: the next call would"
-     " forget every position before them", _cached_slip(keep_all=False)),
+     " forget every position before them", partial(_cached, keep_all=False)),
 ]
 # fmt: on
 CACHED_CASES = ((0, 5), (4, 1), (3, 3))  # (cached, new): a prefill, a decode step, a chunk
@@ -501,8 +384,7 @@ def _cached_inputs(g: torch.Generator) -> tuple:
 
 @solved_by(cached_attention)
 def check_gpt_cached_attention(fn: Callable) -> CheckResult:
-    """`cached_attention(x, w_qkv, w_proj, n_head, past)` (d=12, 3 heads) for a prefill of 5
-    (past None), one new token after 4 cached and three after 3: output, cache, gradients."""
+    """`cached_attention` (d=12, 3 heads): a prefill of 5, 1 new after 4 cached, 3 after 3."""
     return compare("cached_attention", fn, cached_attention, _cached_inputs, CACHED_MISTAKES)
 
 
@@ -520,8 +402,7 @@ FORWARD_CACHED_SCHEDULES = ((4, 1, 1, 1), (2, 3, 1, 1), (7,))  # a prefill, then
 
 
 def _fed(fn: Callable, pieces) -> Callable:
-    """fn fed the ids in its trial's schedule of calls from an empty list: (each call's logits,
-    the cache)."""
+    """fn fed the ids by the trial's schedule from an empty cache: (every call's logits, cache)."""
 
     def run(w, idx, n_head, schedule):
         cache, outs, at = [], [], 0
@@ -541,51 +422,7 @@ def _fed_inputs(g: torch.Generator) -> tuple:
 
 @solved_by(forward_cached)
 def check_gpt_forward_cached(fn: Callable, pieces=None) -> CheckResult:
-    """`forward_cached(w, idx, cache, n_head, pieces)` on random weights (2 blocks), 7 ids fed as
-    a prefill then in pieces from an empty list: every call's logits and the cache."""
+    """`forward_cached` (2 blocks) fed 7 ids, a prefill then pieces: every call's logits, cache."""
     wrong = [(hint, _fed(slip, reference)) for hint, slip in FORWARD_CACHED_MISTAKES]
     return compare("forward_cached", _fed(fn, pieces or reference), _fed(forward_cached, reference),
                    _fed_inputs, wrong, grads=False)  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------------------
-# The ladder, climbed with the reader's pieces, forward and loop
-
-
-def rung_forwards(p, forward_fn: Callable) -> dict:
-    """Each rung's forward_fn(w, idx, n_head), made of the pieces `p` and the forward given."""
-
-    def attended(w, idx, n_head):  # no residual path: attention's output replaces x
-        b, x = w["blocks"][0], p.embed(idx, w["tok_emb"], w["pos_emb"])
-        q, k, v = (p.split_heads(t, n_head) for t in p.qkv_split(x, b["qkv"]))
-        return p.merge_heads(p.causal_attention(q, k, v)) @ b["attn_proj"].T
-
-    def with_mlp(w, idx, n_head):
-        b = w["blocks"][0]
-        return p.mlp_forward(attended(w, idx, n_head), b["fc"], b["mlp_proj"], torch.relu)
-
-    def bigram(w, idx, n_head):
-        return w["tok_emb"][idx]  # each position sees its own token only
-
-    outs = (bigram, attended, attended, with_mlp)
-    heads = [lambda w, idx, n_head, f=f: f(w, idx, n_head) @ w["lm_head"].T for f in outs]
-    full = lambda w, idx, n_head: forward_fn(w, idx, n_head, p)  # noqa: E731
-    return dict(zip(RUNGS, [*heads, full], strict=True))
-
-
-def climb_yours(corpus, *, pieces, forward, train_fn, steps=3000, batch_size=32, max_lr=1e-2,
-                seed=0, eval_batches=50) -> list[Rung]:  # fmt: skip
-    """gptlib.ladder.climb(..., min_lr=0.0) with the given pieces, forward and loop: every rung
-    starts from the library rung's initial weights (same seed), is trained by `train_fn` with
-    pieces.lm_loss (100 warmup steps, cosine to 0, clip 1.0) and scored on the validation tokens."""
-    forwards, results = rung_forwards(pieces, forward), []
-    for name in RUNGS:
-        torch.manual_seed(seed)
-        model = build_rung(name, corpus.vocab_size)
-        w, h = trainable(gpt_weights(model)), model.cfg.n_head
-        opt = gpt_optimizer(w, lr=max_lr)
-        train_fn(forwards[name], pieces.lm_loss, w, opt, corpus.train, steps, batch_size, max_lr,
-                 100, 1.0, seed, h)  # fmt: skip
-        val = estimate_forward_loss(forwards[name], w, corpus.val, h, n_batches=eval_batches)
-        results.append(Rung(name, sum(t.numel() for t in model.parameters()), val))
-    return results

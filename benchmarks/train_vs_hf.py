@@ -3,9 +3,11 @@
 Both sides are GPT-2's architecture (pre-norm LayerNorm with bias, GELU's tanh form, a bias in
 every Linear layer, tied head, dropout 0) with the same weights: transformers draws them from its
 own config classes, `save_pretrained` writes them and `gptlib.huggingface.load_hf_gpt2` reads
-them, and the two losses on the first batch must agree. Each side has its own AdamW (`make_optimizer`, fused
-where the device has the kernel) and clips its gradients to norm 1.0; transformers computes its
-loss from `labels` with its cache off (`use_cache=False`, as for training) and sdpa attention.
+them, and the two losses on the first batch must agree. Each side has its own AdamW
+(`make_optimizer`, fused where the device has the kernel) and clips its gradients to norm 1.0.
+gptlib's side is the library's own step, `gptlib.train.train_step` (the step `train` and the
+command line take); transformers' side is the same step written out, its loss computed from
+`labels` with its cache off (`use_cache=False`, as for training) and sdpa attention.
 
 Two sizes:
   textbook  the textbook preset's size: 4 layers, d 128, 4 heads, V 27, T 64, batch 16
@@ -48,7 +50,7 @@ from common import (  # noqa: E402
 
 from gptlib.huggingface import load_hf_gpt2  # noqa: E402
 from gptlib.model import GPT  # noqa: E402
-from gptlib.train import make_optimizer  # noqa: E402
+from gptlib.train import make_optimizer, train_step  # noqa: E402
 
 # name: (layers, d, heads, vocab, positions, {device type: (T, batch)})
 SIZES = {
@@ -91,13 +93,22 @@ def build_pair(n_layer, n_embd, n_head, vocab, positions, device, seed=0):
 
 
 def trainer(model, loss_of, batches, device, steps: int, compiled: bool):
-    """A function that runs `steps` training steps and returns the seconds per step."""
+    """A function that runs `steps` training steps and returns the seconds per step. gptlib's
+    side is the library's own step, `gptlib.train.train_step` (which also checks the labels and
+    the loss); transformers' side the same step written out."""
     forward = torch.compile(model) if compiled else model
     opt = make_optimizer(model, 3e-4)
     cycle = itertools.cycle(batches)
 
+    def autocast_forward(idx, labels):
+        with autocast(device):
+            return forward(idx, labels)
+
     def step():
         idx = next(cycle)
+        if loss_of is gptlib_loss:  # the same window as labels: the shift is inside the loss
+            train_step(model, opt, idx, idx, 3e-4, 1.0, forward=autocast_forward)
+            return
         with autocast(device):
             loss = loss_of(forward, idx)
         opt.zero_grad(set_to_none=True)

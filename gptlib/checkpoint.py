@@ -119,7 +119,37 @@ def _link_no_clobber(tmp: str, path: str) -> None:
 
 
 def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu") -> Checkpoint:
+    """The checkpoint in `path`, its model on `device` in eval mode; CheckpointError (or
+    FileNotFoundError) saying what the file is instead."""
     path = os.fspath(path)
+    payload = _read_payload(path)
+    try:
+        config = GPTConfig.from_dict(payload["config"])
+        tokenizer = CharTokenizer.from_dict(payload["tokenizer"])
+        model = GPT(config)
+        model.load_state_dict(payload["model"])
+        model.to(device)
+    except (KeyError, ValueError, RuntimeError) as e:
+        raise CheckpointError(
+            f"{path!r} is an incomplete or inconsistent checkpoint: {e}"
+        ) from None
+    model.eval()
+    history = History.from_dict(payload["history"]) if payload.get("history") else None
+    return Checkpoint(
+        model=model,
+        tokenizer=tokenizer,
+        config=config,
+        step=payload.get("step"),
+        history=history,
+        optimizer_state=payload.get("optimizer"),
+        extra=payload.get("extra"),
+        training=payload.get("training"),
+    )
+
+
+def _read_payload(path: str) -> dict:
+    """What `save_checkpoint` wrote to `path`, read without running any code, or the reason why
+    the file is not a gptlib checkpoint."""
     if not os.path.exists(path):
         raise FileNotFoundError(
             f"checkpoint {path!r} does not exist; train one with `python -m gptlib train --out {path}`"
@@ -167,28 +197,7 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
         raise CheckpointError(
             f"{path!r} has checkpoint version {payload.get('version')!r}; this gptlib reads version {VERSION}"
         )
-    try:
-        config = GPTConfig.from_dict(payload["config"])
-        tokenizer = CharTokenizer.from_dict(payload["tokenizer"])
-        model = GPT(config)
-        model.load_state_dict(payload["model"])
-        model.to(device)
-    except (KeyError, ValueError, RuntimeError) as e:
-        raise CheckpointError(
-            f"{path!r} is an incomplete or inconsistent checkpoint: {e}"
-        ) from None
-    model.eval()
-    history = History.from_dict(payload["history"]) if payload.get("history") else None
-    return Checkpoint(
-        model=model,
-        tokenizer=tokenizer,
-        config=config,
-        step=payload.get("step"),
-        history=history,
-        optimizer_state=payload.get("optimizer"),
-        extra=payload.get("extra"),
-        training=payload.get("training"),
-    )
+    return payload
 
 
 def _first_sentence(e: BaseException) -> str:

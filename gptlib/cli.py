@@ -9,6 +9,7 @@ import os
 import shlex
 import signal
 import sys
+from functools import partial
 
 import torch
 
@@ -22,18 +23,15 @@ from gptlib.generate import complete, sample_documents
 from gptlib.model import GPT
 from gptlib.run import (
     StopSignals,
+    TrainingRun,
     check_memory,
     claim,
     exit_code,
-    gather_random_states,
     output_path,
-    random_states,
-    restore_random_states,
     same_file,
-    save_run,
     signal_name,
 )
-from gptlib.train import History, estimate_loss, make_optimizer, train
+from gptlib.train import Diverged, estimate_loss
 
 
 def _whole_number(text: str, least: int) -> int:
@@ -134,10 +132,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gptlib", description=__doc__, allow_abbrev=False
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    d = TRAIN_DEFAULTS
-    resumed = "; with --resume, the resumed run's"
-
     t = sub.add_parser("train", help="train a model and save a checkpoint", allow_abbrev=False)
+    _train_data_arguments(t)
+    _train_shape_arguments(t)
+    _train_schedule_arguments(t)
+    _train_run_arguments(t)
+    _sample_parser(sub)
+    _progress_parser(sub)
+    return parser
+
+
+RESUMED = "; with --resume, the resumed run's"
+
+
+def _train_data_arguments(t: argparse.ArgumentParser) -> None:
+    """train: what it learns from, which model, how many steps of how many windows."""
+    d, resumed = TRAIN_DEFAULTS, RESUMED
     t.add_argument(
         "--data",
         default=None,
@@ -170,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"windows per step, per process (default: {d['batch_size']})",
     )
+
+
+def _train_shape_arguments(t: argparse.ArgumentParser) -> None:
+    """train: the shape flags that override the preset's."""
     t.add_argument(
         "--block-size",
         type=_block_size,
@@ -202,6 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="manual: the attention written out; sdpa: PyTorch's fused kernel (default: the "
         f"preset's; {_by_preset('attention')})",
     )
+
+
+def _train_schedule_arguments(t: argparse.ArgumentParser) -> None:
+    """train: the learning rate, its schedule, the evaluations and the seed."""
+    d = TRAIN_DEFAULTS
     t.add_argument(
         "--lr", type=_positive_float, default=None, help=f"peak learning rate (default: {d['lr']})"
     )
@@ -229,6 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"0 to 2**63 - 1 (default: {d['seed']}; with --resume, the run's saved random state)",
     )
+
+
+def _train_run_arguments(t: argparse.ArgumentParser) -> None:
+    """train: where it runs, how fast, where it saves, what it prints."""
     t.add_argument(
         "--device",
         default=None,
@@ -282,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-progress", action="store_true", help="no progress bar (default: a progress bar)"
     )
 
+
+def _sample_parser(sub) -> None:
     s = sub.add_parser("sample", help="print samples from a checkpoint", allow_abbrev=False)
     s.add_argument(
         "checkpoint",
@@ -320,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="cpu | cuda | cuda:N | mps (default: $GPTLIB_DEVICE, else the best available)",
     )
 
+
+def _progress_parser(sub) -> None:
     p = sub.add_parser(
         "progress",
         help="list every exercise of the course: notebook, difficulty, minutes and state",
@@ -337,7 +364,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         help="seconds one check may run before it counts as failed (default: 60)",
     )
-    return parser
 
 
 # Documents are sampled this many at a time: `sample --num 100000` prints as it goes, in the
@@ -371,14 +397,15 @@ def _print_samples(model, tokenizer, num, temperature, top_k, seed, max_len, pro
     g = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed)
     if tokenizer.bos_id is not None:  # a model of documents: whole documents, from the prompt
         for first in range(0, num, SAMPLE_BATCH):
+            n = min(SAMPLE_BATCH, num - first)
             docs = sample_documents(
                 model,
                 tokenizer,
-                min(SAMPLE_BATCH, num - first),
+                n,
                 max_len,
-                temperature,
-                top_k,
-                g,
+                temperature=temperature,
+                top_k=top_k,
+                generator=g,
                 prompt=prompt,
             )
             for doc in docs:
@@ -386,7 +413,11 @@ def _print_samples(model, tokenizer, num, temperature, top_k, seed, max_len, pro
         return
     start = prompt if prompt is not None else tokenizer.itos[0]
     for _ in range(num):
-        print(complete(model, tokenizer, start, max_len, temperature, top_k, g))
+        print(
+            complete(
+                model, tokenizer, start, max_len, temperature=temperature, top_k=top_k, generator=g
+            )
+        )
         print("---")
 
 
@@ -592,6 +623,44 @@ def _load(settings, say):
 
 
 def _run(args, settings, ck, out, ranks, device, say, signals, notes, changes) -> int:
+    run = _start(args, settings, ck, ranks, device, say, notes, changes)
+    save = partial(run.save, with_optimizer=not args.no_optimizer_state)
+    signals.mode = "defer"
+    try:
+        say(
+            f"training: Ctrl-C (or SIGTERM, SIGHUP) stops after the current step and saves to {out}"
+        )
+        diverged = _steps(run, args, ranks, signals)
+        signals.mode = "hold"  # from here to the end of the save, a signal waits for the save
+        states = run.states_to_save(diverged is not None)
+        if run.history.interrupted:
+            say(f"interrupted at step {run.done} of {run.total}: keeping what was learned so far")
+        if not ranks.is_main:
+            return 0
+        _check_saveable(run, diverged, out)
+        resumed_in_place = args.resume is not None and same_file(out, args.resume)
+        saved = save(out, {}, states, overwrite=args.overwrite or resumed_in_place)
+    finally:
+        signals.mode = "raise"
+    if saved != out:
+        print(f"{out} appeared while training (written by something else) and was left alone")
+    print(f"saved {saved}")
+    if diverged:
+        lower = f"{settings['lr'] / 10:.3g}"
+        print(
+            f"{PROG} train: error: {_what(diverged)}; the run stopped there and its last finite "
+            f"state (step {run.done}) is saved in {saved}; continue with a lower learning rate: "
+            f"{_command('train', '--resume', saved, '--lr', lower)}",
+            file=sys.stderr,
+        )
+        return EXIT_DIVERGED
+    return _after_save(
+        run, args, signals, saved, lambda summary: save(saved, summary, states, overwrite=True)
+    )
+
+
+def _start(args, settings, ck, ranks, device, say, notes, changes) -> TrainingRun:
+    """The data read, the model built (or resumed) and described: a run ready for its first step."""
     seed, total = settings["seed"], settings["steps"]
     corpus = _load(settings, say)
     if ck is not None:
@@ -605,7 +674,6 @@ def _run(args, settings, ck, out, ranks, device, say, signals, notes, changes) -
             f"{args.resume!r} is already at step {start} of its {total}; pass --steps with a "
             f"larger total (more than {start}) to train further"
         )
-
     torch.manual_seed(seed)
     model = ck.model.train() if ck is not None else GPT(cfg).to(device)
     say(f"data {corpus.name}: {corpus.reason}")
@@ -621,110 +689,103 @@ def _run(args, settings, ck, out, ranks, device, say, signals, notes, changes) -
     for note in notes:
         if note:
             say(note)
-    opt = make_optimizer(model, settings["lr"])
-    g = torch.Generator().manual_seed(distributed.rank_seed(seed, ranks.rank))
+    dtype = DTYPES[args.dtype]
+    run = TrainingRun(model, corpus, settings, ranks, device, compile=args.compile, dtype=dtype)
     if ck is not None:
-        opt.load_state_dict(ck.optimizer_state)
-        _restore(ck.training, g, ranks, device, say)
-        say(f"resuming {args.resume} at step {start} of {total}")
-        if changes:
-            shown = ", ".join(
-                f"{RESUMABLE[k]} {_shown(a)} -> {_shown(b)}" for k, (a, b) in changes.items()
-            )
-            say(f"changed from step {start}: {shown}")
-        if "seed" in changes:  # the saved random state gives way to the new seed's
-            torch.manual_seed(seed)
-            g.manual_seed(distributed.rank_seed(seed, ranks.rank))
-            say(
-                f"note: windows and dropout are drawn afresh from seed {seed} from step {start}, "
-                "so the run is no longer the one that never stopped"
-            )
+        _resume_run(run, ck, args, changes, say)
+    return run
 
-    hist = ck.history if ck is not None else History()
-    kept = {"states": random_states(g, device), "step": start}
-    diverged = None
-    signals.mode = "defer"
-    try:
+
+def _resume_run(run: TrainingRun, ck, args, changes, say) -> None:
+    note = run.resume(ck)
+    if note:
+        say(note)
+    say(f"resuming {args.resume} at step {run.start} of {run.total}")
+    if changes:
+        shown = ", ".join(
+            f"{RESUMABLE[k]} {_shown(a)} -> {_shown(b)}" for k, (a, b) in changes.items()
+        )
+        say(f"changed from step {run.start}: {shown}")
+    if "seed" in changes:  # the saved random state gives way to the new seed's
+        seed = run.settings["seed"]
+        run.reseed(seed)
         say(
-            f"training: Ctrl-C (or SIGTERM, SIGHUP) stops after the current step and saves to {out}"
+            f"note: windows and dropout are drawn afresh from seed {seed} from step {run.start}, "
+            "so the run is no longer the one that never stopped"
         )
-        try:
-            hist = _train_steps(
-                args, settings, model, opt, g, corpus, hist, start, ranks, device, signals, kept
-            )
-        except Diverged as e:
-            if ranks.distributed:
-                raise ValueError(f"{e}; under torchrun nothing was saved") from None
-            diverged = e
-        signals.mode = "hold"  # from here to the end of the save, a signal waits for the save
-        states = [kept["states"]] if diverged else gather_random_states(g, device)
-        done = hist.step[-1] + 1 if hist.step else start
-        if hist.interrupted:
-            say(f"interrupted at step {done} of {total}: keeping what was learned so far")
-        if not ranks.is_main:
-            return 0
-        if diverged and done == start:
-            raise ValueError(
-                f"{diverged}, before any step of this run finished, so there is nothing new to "
-                "save; start again with a lower --lr (or a longer --warmup)"
-            )
-        if diverged and not _finite(model):
-            raise ValueError(
-                f"{diverged}, and the weights are no longer finite, so nothing was saved"
-                + (f"; {out} keeps step {start}" if os.path.exists(out) else "")
-            )
-        optimizer = None if args.no_optimizer_state else opt
 
-        def save(path, summary, overwrite):
-            return save_run(
-                path,
-                model,
-                corpus,
-                optimizer,
-                done,
-                hist,
-                settings,
-                summary,
-                states,
-                world_size=ranks.world_size,
-                overwrite=overwrite,
-            )
 
-        resumed_in_place = args.resume is not None and same_file(out, args.resume)
-        saved = save(out, {}, args.overwrite or resumed_in_place)
+def _steps(run: TrainingRun, args, ranks, signals) -> Diverged | None:
+    """Train, with a progress bar; the divergence that stopped the run, if one did."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        initial=run.start,
+        total=run.total,
+        disable=args.no_progress or not ranks.is_main,
+        unit="step",
+        file=sys.stderr,
+    )
+
+    def on_step(hist):
+        post = {"loss": f"{hist.loss[-1]:.3f}"}
+        if hist.val_loss:
+            post[f"val@{hist.val_step[-1]}"] = f"{hist.val_loss[-1]:.3f}"
+        bar.set_postfix(post, refresh=False)
+        bar.update(1)  # shows this step's loss, set just above
+
+    try:
+        run.train(signals.requested, on_step)
+    except Diverged as e:
+        if ranks.distributed:
+            raise ValueError(f"{_what(e)}; under torchrun nothing was saved") from None
+        return e
     finally:
-        signals.mode = "raise"
-    if saved != out:
-        print(f"{out} appeared while training (written by something else) and was left alone")
-    print(f"saved {saved}")
-    if diverged:
-        lower = f"{settings['lr'] / 10:.3g}"
-        print(
-            f"{PROG} train: error: {diverged}; the run stopped there and its last finite state "
-            f"(step {done}) is saved in {saved}; continue with a lower learning rate: "
-            f"{_command('train', '--resume', saved, '--lr', lower)}",
-            file=sys.stderr,
-        )
-        return EXIT_DIVERGED
+        bar.close()
+    return None
 
+
+def _what(e: Diverged) -> str:
+    return f"step {e.step}: the {e.what} became {e.value} at lr {e.lr:.3g}"
+
+
+def _check_saveable(run: TrainingRun, diverged: Diverged | None, out: str) -> None:
+    """Refuse to save a diverged run that has nothing new, or whose weights are not finite."""
+    if diverged and run.done == run.start:
+        raise ValueError(
+            f"{_what(diverged)}, before any step of this run finished, so there is nothing new "
+            "to save; start again with a lower --lr (or a longer --warmup)"
+        )
+    if diverged and not _finite(run.model):
+        raise ValueError(
+            f"{_what(diverged)}, and the weights are no longer finite, so nothing was saved"
+            + (f"; {out} keeps step {run.start}" if os.path.exists(out) else "")
+        )
+
+
+def _after_save(run: TrainingRun, args, signals, saved: str, save_again) -> int:
+    """The final evaluation (`save_again(summary)` adds it to the checkpoint), then the samples."""
     summary = {}
     if len(signals.received) >= 2:
         print("final evaluation skipped")
     else:
-        summary = _final_evaluation(model, corpus, device, settings["batch_size"], args)
+        batch_size = run.settings["batch_size"]
+        summary = _final_evaluation(run.model, run.corpus, run.device, batch_size, args)
     if summary:  # the same checkpoint, now with the evaluation
         with signals.held():
-            save(saved, summary, overwrite=True)
-    if hist.interrupted:
+            save_again(summary)
+    if run.history.interrupted:
         print(f"continue with: {_command('train', '--resume', saved)}")
-    if hist.interrupted or signals.received:
+    if run.history.interrupted or signals.received:
         return exit_code(signals.first)
     if args.samples > 0:
         print("samples (temperature 1.0):")
+        corpus = run.corpus
         longest = max(len(d) for d in corpus.documents) + 1 if corpus.documents else 200
+        max_len = max(40, min(400, longest))
         try:
             _print_samples(
-                model, corpus.tokenizer, args.samples, 1.0, None, seed, max(40, min(400, longest))
+                run.model, corpus.tokenizer, args.samples, 1.0, None, run.settings["seed"], max_len
             )
         except KeyboardInterrupt as e:
             print(f"\n{_stop_name(e)}: samples stopped")
@@ -751,95 +812,6 @@ def _stop_name(e: BaseException) -> str:
 
 def _finite(model) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in model.parameters())
-
-
-class Diverged(RuntimeError):
-    """The loss of a step was not finite. It is checked before that step's backward pass, so
-    the weights and the optimiser state are still those after the step before."""
-
-
-class _CheckedForward:
-    """The training forward pass, refusing a non-finite loss with `Diverged`."""
-
-    def __init__(self, forward, opt, hist: History, start: int) -> None:
-        self.forward, self.opt, self.hist, self.start = forward, opt, hist, start
-
-    def __call__(self, idx, labels):
-        logits, loss = self.forward(idx, labels)
-        if not torch.isfinite(loss):
-            step = self.hist.step[-1] + 1 if len(self.hist) else self.start
-            lr = self.opt.param_groups[0]["lr"]
-            raise Diverged(f"step {step}: the loss became {loss.item()} at lr {lr:.3g}")
-        return logits, loss
-
-
-def _train_steps(args, settings, model, opt, g, corpus, hist, start, ranks, device, signals, kept):
-    from tqdm.auto import tqdm
-
-    total = settings["steps"]
-    forward = distributed.wrap(model, ranks, device)
-    if args.compile:
-        forward = torch.compile(forward)
-    bar = tqdm(
-        initial=start,
-        total=total,
-        disable=args.no_progress or not ranks.is_main,
-        unit="step",
-        file=sys.stderr,
-    )
-
-    def on_step(hist):
-        kept["states"] = random_states(g, device)  # what a divergence at the next step keeps
-        post = {"loss": f"{hist.loss[-1]:.3f}"}
-        if hist.val_loss:
-            post[f"val@{hist.val_step[-1]}"] = f"{hist.val_loss[-1]:.3f}"
-        bar.set_postfix(post, refresh=False)
-        bar.update(1)  # shows this step's loss, set just above
-
-    val_tokens = corpus.val.to(device)
-    check = opt.register_step_pre_hook(_finite_gradients(model, hist, start))
-    try:
-        hist = train(
-            model,
-            corpus.train.to(device),
-            total - start,
-            settings["batch_size"],
-            val_tokens=val_tokens if ranks.is_main else None,
-            max_lr=settings["lr"],
-            warmup=settings["warmup"],
-            schedule=settings["schedule"],
-            min_lr=settings["lr"] / 10,
-            eval_every=settings["eval_every"],
-            seed=settings["seed"],
-            optimizer=opt,
-            history=hist,
-            callback=on_step,
-            start_step=start,
-            total_steps=total,
-            generators=[g],
-            forward=_CheckedForward(forward, opt, hist, start),
-            autocast_dtype=DTYPES[args.dtype],
-            should_stop=signals.requested,
-        )
-    finally:
-        check.remove()
-        bar.close()
-    return hist
-
-
-def _finite_gradients(model, hist: History, start: int):
-    """An optimiser pre-step hook that refuses non-finite gradients with `Diverged`: a finite loss
-    can still overflow its gradients, and a step taken with them makes every weight NaN."""
-
-    def hook(opt, args, kwargs):
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
-        if not torch.isfinite(norm):
-            step = hist.step[-1] + 1 if len(hist) else start
-            lr = opt.param_groups[0]["lr"]
-            raise Diverged(f"step {step}: the gradients became {norm.item()} at lr {lr:.3g}")
-
-    return hook
 
 
 # The final evaluation reads about this many windows from each split, in batches of the run's own
@@ -883,30 +855,11 @@ def _mean_loss(model, tokens, batch_size, n, bar) -> float:
     return total / n
 
 
-def _restore(training, g, ranks, device, say) -> None:
-    """Put the saved random states back: each rank's own, when the number of ranks is the same."""
-    states = training["rng"]
-    if isinstance(states, dict):  # older checkpoints: one list per kind of state
-        states = [
-            {"batches": b, "torch": t}
-            for b, t in zip(states["batches"], states["torch"], strict=True)
-        ]
-    if len(states) != ranks.world_size:
-        say(
-            f"note: the run had {len(states)} process(es), this one has {ranks.world_size}: "
-            "windows are drawn afresh from the seed"
-        )
-        return
-    note = restore_random_states(states[ranks.rank], g, device)
-    if note:
-        say(note)
-
-
 def _sample_gpt2_folder(args: argparse.Namespace, device: torch.device) -> int:
     """A Hugging Face GPT-2 folder in place of a checkpoint: GPT-2's tokenizer, and without a
     prompt the samples start from <|endoftext|>, the token GPT-2 saw between documents."""
     from gptlib.bpe import END_OF_TEXT, gpt2_tokenizer
-    from gptlib.gpt2 import load_hf_gpt2
+    from gptlib.huggingface import load_hf_gpt2
 
     model = load_hf_gpt2(args.checkpoint, device)
     tokenizer = gpt2_tokenizer()
@@ -919,7 +872,16 @@ def _sample_gpt2_folder(args: argparse.Namespace, device: torch.device) -> int:
     prompt = args.prompt if args.prompt is not None else END_OF_TEXT
     g = torch.Generator(device=model.lm_head.weight.device).manual_seed(args.seed)
     for _ in range(args.num):
-        print(complete(model, tokenizer, prompt, args.max_len, args.temperature, args.top_k, g))
+        text = complete(
+            model,
+            tokenizer,
+            prompt,
+            args.max_len,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            generator=g,
+        )
+        print(text)
         print("---")
     return 0
 

@@ -4,11 +4,13 @@
 
     out = output_path(args.out, data=..., resume=..., overwrite=...)  # refused before any work
     with claim(out):                         # one writer per checkpoint path at a time
-        ...load the data, build or resume the model...
+        ...load the data, build the model...
+        run = TrainingRun(model, corpus, settings, ranks, device, compile=..., dtype=...)
+        run.resume(checkpoint)               # with --resume: step, history, optimiser, RNG
         signals.mode = "defer"               # Ctrl-C, SIGTERM, SIGHUP: finish the step, stop
-        hist = train(..., should_stop=signals.requested)
+        hist = run.train(signals.requested)  # gptlib.train.train_step, step after step
         signals.mode = "hold"                # a signal now waits for the save
-        save_run(out, ...)                   # atomic; never replaces a file it may not replace
+        run.save(out, ...)                   # atomic; never replaces a file it may not replace
         ...final evaluation, skipped by a second signal; then the checkpoint is updated...
 
 Why Ctrl-C is deferred: a KeyboardInterrupt raised in the middle of a step lands after the batch
@@ -41,9 +43,16 @@ from gptlib.checkpoint import (
     save_checkpoint,
     temporary_name_pattern,
 )
-from gptlib.data import Corpus
-from gptlib.model import GPT, parameter_formula
-from gptlib.train import History
+from gptlib.data import sample_batch
+from gptlib.model import parameter_formula
+from gptlib.train import (
+    Diverged,
+    History,
+    estimate_loss,
+    learning_rate,
+    make_optimizer,
+    train_step,
+)
 
 try:  # POSIX: a lock the kernel releases when its process dies, however it dies
     import fcntl
@@ -371,24 +380,10 @@ class StopSignals:
 
 class StopAtStepBoundary(StopSignals):
     """While active, Ctrl-C, SIGTERM and SIGHUP ask the run to stop instead of raising
-    KeyboardInterrupt mid-step; `requested()` is what `train(should_stop=...)` polls."""
+    KeyboardInterrupt mid-step; `requested()` is what `TrainingRun.train` polls."""
 
     def __init__(self, say: Callable[[str], None] = print) -> None:
         super().__init__(say, mode="defer")
-
-
-@contextmanager
-def saving_uninterrupted(
-    say: Callable[[str], None] = print, signals: StopSignals | None = None
-) -> Iterator[None]:
-    """A stop signal while the checkpoint is written is noted and ignored: saving takes a moment
-    and a checkpoint half-saved is worth nothing (the write is atomic anyway)."""
-    if signals is not None:
-        with signals.held():
-            yield
-        return
-    with StopSignals(say, mode="hold"):
-        yield
 
 
 # -- random states --------------------------------------------------------------------------------
@@ -423,62 +418,158 @@ def restore_random_states(
     return None
 
 
-def gather_random_states(batches: torch.Generator, device: torch.device) -> list[dict]:
-    """Every rank's `random_states`, in rank order (one entry without torchrun)."""
-    return distributed.gather(random_states(batches, device))
+# -- the run ----------------------------------------------------------------------------------------
+
+CLIP = 1.0  # the global gradient norm is clipped to 1.0, as `gptlib.train.train` does by default
+EVAL_BATCHES = 10  # batches of each validation loss during training, as in `train`
 
 
-# -- saving -----------------------------------------------------------------------------------------
+class TrainingRun:
+    """The command line's training: steps `start` .. `settings["steps"] - 1` of one schedule, each
+    of them `gptlib.train.train_step`, the step notebook 10 teaches, with what a long run adds:
 
+    - the forward pass through DistributedDataParallel under torchrun, `torch.compile`
+      (`compile`) and autocast (`dtype`, e.g. torch.bfloat16); the weights stay float32;
+    - each rank's windows from its own generator (`distributed.rank_seed`): the ranks' batches
+      together are the global batch, and DDP averages their gradients;
+    - `resume` puts back a saved run's step, history, optimiser state and random states, so the
+      steps that follow are those of the run that never stopped;
+    - a stop asked for by a signal, polled after each step, never inside one (`train`);
+    - a non-finite loss or gradient norm raised as `Diverged` before the update that would spread
+      it; `states_to_save` then gives the random states after the last finished step.
+    """
 
-def save_run(
-    out: str,
-    model: GPT,
-    corpus: Corpus,
-    optimizer: torch.optim.Optimizer | None,
-    step: int,
-    history: History,
-    settings: dict,
-    summary: dict,
-    states: list[dict],
-    *,
-    world_size: int = 1,
-    overwrite: bool = False,
-) -> str:
-    """Save everything `--resume` needs and return the path written: `out`, or, if a file
-    appeared at `out` during the run and may not be replaced, the first free `OUT-N.pt` beside
-    it (the run's work is kept either way)."""
-    extra = {"data": settings["data"], "preset": settings["preset"], **summary}
-    training = {
-        "settings": settings,
-        "corpus": {
-            "name": corpus.name,
-            "reading": corpus.reading,
-            "vocab_size": corpus.vocab_size,
-            "fingerprint": corpus.fingerprint(),
-        },
-        "world_size": world_size,
-        "rng": states,
-    }
-    stem, ext = os.path.splitext(out)
-    candidates = [out, *(f"{stem}-{n}{ext or '.pt'}" for n in range(1, 1000))]
-    for path in candidates:
-        try:
-            save_checkpoint(
-                path,
-                model,
-                corpus.tokenizer,
-                optimizer,
-                step,
-                history,
-                extra=extra,
-                training=training,
-                overwrite=overwrite and path == out,
+    def __init__(self, model, corpus, settings, ranks, device, *, compile=False, dtype=None):
+        self.model, self.corpus, self.settings = model, corpus, settings
+        self.ranks, self.device, self.compile, self.dtype = ranks, device, compile, dtype
+        self.optimizer = make_optimizer(model, settings["lr"])
+        seed = distributed.rank_seed(settings["seed"], ranks.rank)
+        self.batches = torch.Generator().manual_seed(seed)
+        self.start, self.step, self.history = 0, 0, History()
+        self.total = settings["steps"]
+        self.kept = random_states(self.batches, device)
+
+    @property
+    def done(self) -> int:
+        """The steps finished so far, the ones before this run's included."""
+        return self.history.step[-1] + 1 if self.history.step else self.start
+
+    def resume(self, ck) -> str | None:
+        """Continue the run saved in the checkpoint `ck`; a note when its random states do not
+        all apply here (another number of processes, another kind of device), else None."""
+        self.start, self.history = ck.step, ck.history
+        self.optimizer.load_state_dict(ck.optimizer_state)
+        states = ck.training["rng"]
+        if isinstance(states, dict):  # older checkpoints: one list per kind of state
+            kinds = zip(states["batches"], states["torch"], strict=True)
+            states = [{"batches": b, "torch": t} for b, t in kinds]
+        if len(states) != self.ranks.world_size:
+            return (
+                f"note: the run had {len(states)} process(es), this one has "
+                f"{self.ranks.world_size}: windows are drawn afresh from the seed"
             )
-            return path
-        except FileExistsError:
-            continue
-    raise CheckpointError(f"could not find a free name beside {out!r} to save the run")
+        return restore_random_states(states[self.ranks.rank], self.batches, self.device)
+
+    def reseed(self, seed: int) -> None:
+        """Draw the windows and dropout afresh from `seed` (a resumed run given a new --seed)."""
+        torch.manual_seed(seed)
+        self.batches.manual_seed(distributed.rank_seed(seed, self.ranks.rank))
+
+    def lr(self, step: int) -> float:
+        """Warmup, then the schedule down to a tenth of the peak at the run's last step."""
+        s = self.settings
+        return learning_rate(step, s["lr"], s["warmup"], self.total, s["schedule"], s["lr"] / 10)
+
+    def train(self, should_stop: Callable[[], bool], on_step=None) -> History:
+        """Run the steps left, calling `on_step(history)` after each; stop after a step once
+        `should_stop()` says so (then `history.interrupted`). Only rank 0 measures the
+        validation loss."""
+        s, model, hist, last = self.settings, self.model, self.history, self.total - 1
+        tokens = self.corpus.train.to(self.device)
+        val = self.corpus.val.to(self.device) if self.ranks.is_main else None
+        forward = self._forward()
+        hook = self.optimizer.register_step_pre_hook(self._finite_gradients)
+        hist.clip, hist.interrupted = CLIP, False
+        self.kept = random_states(self.batches, self.device)
+        model.train()
+        try:
+            for step in range(self.start, self.total):
+                self.step = step
+                B, T = s["batch_size"], model.cfg.block_size
+                idx, labels = sample_batch(tokens, B, T, self.batches, self.device)
+                lr = self.lr(step)
+                step_out = train_step(
+                    model, self.optimizer, idx, labels, lr, CLIP, step=step, forward=forward
+                )
+                hist.record(step, lr, *step_out)
+                if val is not None and (step % s["eval_every"] == 0 or step == last):
+                    hist.record_val(step, estimate_loss(model, val, B, EVAL_BATCHES))
+                self.kept = random_states(self.batches, self.device)  # kept if the next diverges
+                if on_step is not None:
+                    on_step(hist)
+                if step < last and should_stop():  # under torchrun, every rank polls here
+                    hist.interrupted = True
+                    break
+        finally:
+            hook.remove()
+        return hist
+
+    def _forward(self):
+        """The module the forward pass runs through: DDP, compiled, under autocast."""
+        forward = distributed.wrap(self.model, self.ranks, self.device)
+        if self.compile:
+            forward = torch.compile(forward)
+        if self.dtype is None:
+            return forward
+        device_type, dtype = self.device.type, self.dtype
+
+        def autocast(idx, labels):
+            with torch.autocast(device_type, dtype=dtype):
+                return forward(idx, labels)
+
+        return autocast
+
+    def _finite_gradients(self, optimizer, args, kwargs) -> None:
+        """Before each update: a finite loss can still overflow its gradients, and a step taken
+        with them would make every weight NaN."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
+        if not torch.isfinite(norm):
+            lr = optimizer.param_groups[0]["lr"]
+            raise Diverged(self.step, norm.item(), lr, what="gradients")
+
+    def states_to_save(self, diverged: bool) -> list[dict]:
+        """Every rank's random states, in rank order; after a divergence, this rank's after the
+        last finished step (a single process: under torchrun nothing is saved then)."""
+        if diverged:
+            return [self.kept]
+        return distributed.gather(random_states(self.batches, self.device))
+
+    def save(self, out, summary, states, *, overwrite=False, with_optimizer=True) -> str:
+        """Save everything `--resume` needs and return the path written: `out`, or, if a file
+        appeared at `out` during the run and may not be replaced, the first free `OUT-N.pt`
+        beside it (the run's work is kept either way)."""
+        s, corpus = self.settings, self.corpus
+        fingerprint = corpus.fingerprint()
+        training = {
+            "settings": s,
+            "corpus": {"name": corpus.name, "reading": corpus.reading,
+                       "vocab_size": corpus.vocab_size, "fingerprint": fingerprint},
+            "world_size": self.ranks.world_size,
+            "rng": states,
+        }  # fmt: skip
+        extra = {"data": s["data"], "preset": s["preset"], **summary}
+        optimizer = self.optimizer if with_optimizer else None
+        stem, ext = os.path.splitext(out)
+        for path in [out, *(f"{stem}-{n}{ext or '.pt'}" for n in range(1, 1000))]:
+            try:
+                save_checkpoint(path, self.model, corpus.tokenizer, optimizer, self.done,
+                                self.history, extra=extra, training=training,
+                                overwrite=overwrite and path == out)  # fmt: skip
+                return path
+            except FileExistsError:
+                continue
+        raise CheckpointError(f"could not find a free name beside {out!r} to save the run")
 
 
 # -- what a run needs -----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Notebook 10 (training loop) teaches this module."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -85,6 +85,16 @@ class History:
     clip: float | None = None
     interrupted: bool = False
 
+    def record(self, step: int, lr: float, loss: float, grad_norm: float) -> None:
+        self.step.append(step)
+        self.lr.append(lr)
+        self.loss.append(loss)
+        self.grad_norm.append(grad_norm)
+
+    def record_val(self, step: int, val_loss: float) -> None:
+        self.val_step.append(step)
+        self.val_loss.append(val_loss)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -134,6 +144,63 @@ def eval_batches(
 StepCallback = Callable[[History], None]
 
 
+class Diverged(RuntimeError):
+    """The loss (or, in the command line's check, the gradient norm) of step `step` was not finite.
+    It is raised before that step's update, so the weights and the optimiser state are still
+    those after the step before.
+
+    Not taught in a notebook: the error train raises; notebook 11 reads its message."""
+
+    def __init__(self, step: int, value: float, lr: float, what: str = "loss") -> None:
+        self.step, self.value, self.lr, self.what = step, value, lr, what
+        super().__init__(
+            f"step {step}: the {what} became {value} at lr={lr:.2e}. Lower max_lr by 10x, make "
+            "sure warmup > 0, and check the causal mask and the label shift"
+        )
+
+
+def train_step(
+    model: GPT,
+    optimizer: torch.optim.Optimizer,
+    idx: torch.Tensor,
+    labels: torch.Tensor,
+    lr: float,
+    clip: float | None = 1.0,
+    *,
+    step: int = 0,
+    forward: Callable | None = None,
+) -> tuple[float, float]:
+    """One step on the batch (idx, labels), in its fixed order: forward and loss, zero_grad,
+    backward, clip the global gradient norm to `clip` (None: no clip), the learning rate `lr`
+    into every parameter group, step. Returns the loss and the gradient norm before the clip.
+
+    `forward` runs the forward pass (default: `model`; the command line passes a
+    DistributedDataParallel, torch.compile or autocast wrapper of it). A batch whose labels are
+    all ignored raises ValueError; a non-finite loss raises `Diverged`, naming `step`.
+
+    Not taught in a notebook: the body of train's loop, kept apart for the command line's run."""
+    if not (labels[:, 1:] != IGNORE_INDEX).any():
+        raise ValueError(
+            f"step {step}: every label in the batch is ignored (-100), so the mean loss would be "
+            "0/0 = NaN; check the padding / masking of the labels"
+        )
+    _, loss = (forward or model)(idx, labels)  # logits [B, T, V]; the shift is inside the loss
+    if not torch.isfinite(loss):
+        raise Diverged(step, loss.item(), lr)
+    optimizer.zero_grad(set_to_none=True)  # backward adds to .grad: drop the last step's
+    loss.backward()
+    if clip is not None:
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    else:
+        norm = torch.nn.utils.get_total_norm(
+            [p.grad for p in model.parameters() if p.grad is not None]
+        )
+    for group in optimizer.param_groups:  # AdamW reads the rate from each group
+        group["lr"] = lr
+    optimizer.step()
+    return loss.item(), float(norm)
+
+
 def train(
     model: GPT,
     tokens: torch.Tensor,
@@ -151,97 +218,43 @@ def train(
     eval_batches: int = 10,
     seed: int = 0,
     optimizer: torch.optim.Optimizer | None = None,
-    history: History | None = None,
     callback: StepCallback | None = None,
-    start_step: int = 0,
-    total_steps: int | None = None,
-    generators: Sequence[torch.Generator] | None = None,
-    forward: torch.nn.Module | None = None,
-    autocast_dtype: torch.dtype | None = None,
-    should_stop: Callable[[], bool] | None = None,
 ) -> History:
-    """Train `model` on random windows of `tokens` and return the History.
+    """Train `model` for `steps` steps on random windows of `tokens` and return the History.
 
-    Steps `start_step .. start_step + steps - 1` are run; the learning-rate schedule spans
-    `total_steps` (default: start_step + steps), so a run stopped early and continued from its
-    checkpoint follows the schedule it started with.
+    Each step: a batch from one generator seeded with `seed`, this step's learning rate (warmup,
+    then `schedule` over the `steps`), then `train_step`. The validation loss on `val_tokens` is
+    measured every `eval_every` steps and after the last; `callback(history)` runs after every
+    step. The optimiser defaults to `make_optimizer`'s AdamW with its two parameter groups.
 
-    `generators` draw the windows (default: one, seeded with `seed`); with several, each draws
-    `batch_size` windows and the step trains on all of them: the global batch of a run whose
-    processes each hold one of the generators. Pass them in to keep their state afterwards.
-    `forward` is the module that runs the training forward pass, a DistributedDataParallel or
-    torch.compile wrapper of `model` (default: `model` itself); `autocast_dtype` (e.g.
-    torch.bfloat16) runs it under autocast.
-
-    A non-finite loss raises RuntimeError naming the step; Ctrl-C stops cleanly and returns the
-    history so far (with `interrupted=True`). `should_stop`, polled after every step, stops the
-    same way when it returns True: the command line turns Ctrl-C into that, so a run stops only
-    between steps (see `gptlib.run`). Same model init + same seed -> same history.
+    A non-finite loss raises `Diverged` (a RuntimeError) naming the step; Ctrl-C stops cleanly
+    and returns the history so far (`interrupted=True`). Same model init + same seed -> same
+    history. The command line (torchrun, resuming) drives `train_step` from `gptlib.run`.
 
     Taught in notebook 10 (training loop).
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
-    device = model.lm_head.weight.device
-    block = model.cfg.block_size
+    block, device = model.cfg.block_size, model.lm_head.weight.device
     if tokens.numel() < block + 1:
         raise ValueError(
             f"training corpus has {tokens.numel()} tokens; block_size={block} needs at least "
             f"{block + 1}: use a longer text or a smaller block_size"
         )
     opt = optimizer or make_optimizer(model, max_lr, weight_decay)
-    hist = history if history is not None else History()
-    hist.clip = clip
-    hist.interrupted = False
-    gens = list(generators) if generators else [torch.Generator().manual_seed(seed)]
-    total = start_step + steps if total_steps is None else total_steps
-    run = forward if forward is not None else model
-    model.train()
+    g = torch.Generator().manual_seed(seed)  # one generator, made once: every step's windows
+    hist = History(clip=clip)
+    evaluate = val_tokens is not None and bool(eval_every)
+    model.train()  # dropout on
     try:
-        for step in range(start_step, start_step + steps):
-            lr = learning_rate(step, max_lr, warmup, total, schedule, min_lr)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            windows = [sample_batch(tokens, batch_size, block, g, device) for g in gens]
-            idx = torch.cat([w[0] for w in windows]) if len(gens) > 1 else windows[0][0]
-            labels = torch.cat([w[1] for w in windows]) if len(gens) > 1 else windows[0][1]
-            if not (labels[:, 1:] != IGNORE_INDEX).any():
-                raise ValueError(
-                    f"step {step}: every label in the batch is ignored (-100), so the mean loss "
-                    "would be 0/0 = NaN; check the padding / masking of the labels"
-                )
-            if autocast_dtype is not None:
-                with torch.autocast(device.type, dtype=autocast_dtype):
-                    _, loss = run(idx, labels)
-            else:
-                _, loss = run(idx, labels)
-            if not torch.isfinite(loss):
-                raise RuntimeError(
-                    f"step {step}: the loss became {loss.item()} at lr={lr:.2e}. Lower max_lr by "
-                    "10x, make sure warmup > 0, and check the causal mask and the label shift"
-                )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip is not None:
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            else:
-                norm = torch.nn.utils.get_total_norm(
-                    [p.grad for p in model.parameters() if p.grad is not None]
-                )
-            opt.step()
-            hist.step.append(step)
-            hist.lr.append(lr)
-            hist.loss.append(loss.item())
-            hist.grad_norm.append(float(norm))
-            last = step == start_step + steps - 1
-            if val_tokens is not None and eval_every and (step % eval_every == 0 or last):
-                hist.val_step.append(step)
-                hist.val_loss.append(estimate_loss(model, val_tokens, batch_size, eval_batches))
+        for step in range(steps):
+            idx, labels = sample_batch(tokens, batch_size, block, g, device)  # [B, T] twice
+            lr = learning_rate(step, max_lr, warmup, steps, schedule, min_lr)
+            hist.record(step, lr, *train_step(model, opt, idx, labels, lr, clip, step=step))
+            if evaluate and (step % eval_every == 0 or step == steps - 1):
+                hist.record_val(step, estimate_loss(model, val_tokens, batch_size, eval_batches))
             if callback is not None:
                 callback(hist)
-            if should_stop is not None and not last and should_stop():
-                hist.interrupted = True
-                break
     except KeyboardInterrupt:
         hist.interrupted = True
     return hist

@@ -7,6 +7,7 @@ import torch
 
 import gptlib.cli
 import gptlib.data
+import gptlib.run
 from gptlib.checkpoint import load_checkpoint
 from gptlib.cli import main
 from gptlib.data import load_names
@@ -207,19 +208,14 @@ def test_resume_continues_the_same_run(tmp_path, capsys, monkeypatch):
     whole = _train(tmp_path, "whole.pt", *common)
 
     # Stop the same run (cosine schedule over 8 steps) after 5 steps, as Ctrl-C would.
-    real_train = gptlib.cli.train
+    real_train = gptlib.run.TrainingRun.train
 
-    def interrupted(*args, callback=None, **kw):
-        def stop(hist):
-            callback(hist)
-            if len(hist) == 5:
-                raise KeyboardInterrupt
+    def stopped_after_five(run, should_stop, on_step=None):
+        return real_train(run, lambda: len(run.history) == 5, on_step)
 
-        return real_train(*args, callback=stop, **kw)
-
-    monkeypatch.setattr(gptlib.cli, "train", interrupted)
+    monkeypatch.setattr(gptlib.run.TrainingRun, "train", stopped_after_five)
     part = _train(tmp_path, "part.pt", *common)
-    monkeypatch.setattr(gptlib.cli, "train", real_train)
+    monkeypatch.undo()
     assert (
         load_checkpoint(part).step == 5 and "interrupted at step 5 of 8" in capsys.readouterr().out
     )

@@ -10,9 +10,9 @@ import torch
 from gptlib import distributed
 from gptlib.checkpoint import load_checkpoint
 from gptlib.cli import TRAIN_DEFAULTS
-from gptlib.data import load_corpus
+from gptlib.data import load_corpus, sample_batch
 from gptlib.model import GPT
-from gptlib.train import train
+from gptlib.train import learning_rate, make_optimizer, train_step
 
 STEPS, BATCH = 4, 4
 TIMEOUT = 120  # seconds; a hang fails the test instead of stalling the suite
@@ -74,17 +74,14 @@ def test_two_processes_equal_one_with_the_global_batch(tmp_path):
     torch.manual_seed(seed)
     model = GPT(ck.config)
     gens = [torch.Generator().manual_seed(distributed.rank_seed(seed, r)) for r in (0, 1)]
-    train(
-        model,
-        corpus.train,
-        STEPS,
-        BATCH,
-        max_lr=lr,
-        warmup=TRAIN_DEFAULTS["warmup"],
-        schedule=TRAIN_DEFAULTS["schedule"],
-        min_lr=lr / 10,
-        generators=gens,
-    )
+    opt = make_optimizer(model, lr)
+    for step in range(STEPS):
+        windows = [sample_batch(corpus.train, BATCH, ck.config.block_size, g) for g in gens]
+        idx, labels = (torch.cat(parts) for parts in zip(*windows, strict=True))
+        rate = learning_rate(
+            step, lr, TRAIN_DEFAULTS["warmup"], STEPS, TRAIN_DEFAULTS["schedule"], lr / 10
+        )
+        train_step(model, opt, idx, labels, rate, 1.0, step=step)
     one, two = model.state_dict(), ck.model.state_dict()
     diff = max((one[k] - two[k]).abs().max().item() for k in one)
     print(f"max |two processes - one process| over all weights: {diff:.2e}")
@@ -96,15 +93,15 @@ def test_two_processes_equal_one_with_the_global_batch(tmp_path):
 
 FAILING = """
 import os, sys
-import gptlib.cli
-real = gptlib.cli.train
-def failing(*args, callback=None, **kw):
+import gptlib.cli, gptlib.run
+real = gptlib.run.TrainingRun.train
+def failing(run, should_stop, on_step=None):
     def cb(hist):
-        callback(hist)
+        on_step(hist)
         if len(hist) == 2 and os.environ["RANK"] == "1":
             raise RuntimeError("rank 1 gave up at step 2")
-    return real(*args, callback=cb, **kw)
-gptlib.cli.train = failing
+    return real(run, should_stop, cb)
+gptlib.run.TrainingRun.train = failing
 sys.exit(gptlib.cli.main(sys.argv[1:]))
 """
 

@@ -1,6 +1,5 @@
 """Nothing a user has is lost: where a run saves, Ctrl-C at any moment, exact resuming."""
 
-import importlib
 import os
 import re
 import signal
@@ -23,7 +22,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = ["--preset", "microgpt", "--batch-size", "4", "--no-progress", "--device", "cpu"]
 RUN = [*QUICK, "--dropout", "0.1", "--steps", "8", "--eval-every", "3", "--warmup", "3"]
 STEPS = 8
-TRAIN = importlib.import_module("gptlib.train")  # `gptlib.train` is also the function
 
 
 @pytest.fixture(autouse=True)
@@ -199,14 +197,14 @@ def test_two_processes_writing_the_same_out(tmp_path):
 
 def test_a_file_that_appears_during_the_run_is_not_replaced(tmp_path, capsys, monkeypatch):
     out = tmp_path / "m.pt"
-    real = TRAIN.estimate_loss
+    real = gptlib.run.estimate_loss
 
     def someone_writes(*a, **k):  # another program writes `out` while this run trains
         if not out.exists():
             out.write_text("theirs")
         return real(*a, **k)
 
-    monkeypatch.setattr(TRAIN, "estimate_loss", someone_writes)  # the step's validation loss
+    monkeypatch.setattr(gptlib.run, "estimate_loss", someone_writes)  # the step's validation loss
     assert _train(out, "--steps", "2") == 0
     text = capsys.readouterr().out
     assert out.read_text() == "theirs"
@@ -258,12 +256,12 @@ def _interrupt_when(monkeypatch, module, name, call, presses=1):
 @pytest.mark.parametrize(
     "where, module, name, call, stopped_at",
     [
-        # as the third step sets its learning rate: the start of a step
-        ("step start", TRAIN, "learning_rate", 3, 3),
+        # as the third step takes its learning rate, its batch just drawn: the start of a step
+        ("step start", gptlib.run, "learning_rate", 3, 3),
         # after the fifth step's backward pass, before its optimiser step: mid-step
         ("mid-step", torch.nn.utils, "clip_grad_norm_", 5, 5),
         # in the validation loss after step 4 (step index 3): inside the step's evaluation
-        ("evaluation", TRAIN, "estimate_loss", 2, 4),
+        ("evaluation", gptlib.run, "estimate_loss", 2, 4),
     ],
 )
 def test_ctrl_c_then_resume_equals_the_run_that_never_stopped(
@@ -501,3 +499,63 @@ def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it():
         assert stop.presses == 0 and not stop.requested()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# -- the command line's run drives the taught step ------------------------------------------------
+
+
+def _training_run(steps=6, dtype=None):
+    from gptlib import distributed
+    from gptlib.cli import TRAIN_DEFAULTS
+    from gptlib.config import microgpt
+    from gptlib.data import load_corpus
+    from gptlib.model import GPT
+    from gptlib.run import TrainingRun
+
+    corpus = load_corpus("names")
+    settings = {**TRAIN_DEFAULTS, "steps": steps, "batch_size": 4, "warmup": 2, "eval_every": 2}
+    torch.manual_seed(0)
+    model = GPT(microgpt(corpus.vocab_size, dropout=0.1))
+    cpu = torch.device("cpu")
+    return TrainingRun(model, corpus, settings, distributed.Ranks(), cpu, dtype=dtype)
+
+
+def test_a_training_run_is_train_with_the_command_lines_settings():
+    from gptlib.train import train
+
+    run = _training_run()
+    hist = run.train(lambda: False)
+    twin = _training_run()  # the same initial weights, and dropout's draws from the same state
+    s = twin.settings
+    expect = train(twin.model, twin.corpus.train, s["steps"], s["batch_size"], max_lr=s["lr"],
+                   warmup=s["warmup"], schedule=s["schedule"], min_lr=s["lr"] / 10,
+                   val_tokens=twin.corpus.val, eval_every=s["eval_every"], seed=s["seed"])  # fmt: skip
+    assert hist.to_dict() == expect.to_dict() and hist.val_step == [0, 2, 4, 5]
+    for a, b in zip(run.model.parameters(), twin.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_training_run_stops_between_steps_when_asked():
+    polls = []
+
+    def stop_on_third_poll():
+        polls.append(1)
+        return len(polls) == 3
+
+    run = _training_run(steps=10)
+    hist = run.train(stop_on_third_poll)
+    assert hist.interrupted and hist.step == [0, 1, 2] and run.done == 3
+    # polled after every step but the last: a run that ends anyway is not "interrupted"
+    polls.clear()
+    run = _training_run(steps=3)
+    hist = run.train(lambda: polls.append(1) or False)
+    assert not hist.interrupted and len(polls) == 2
+
+
+def test_bfloat16_autocast_trains_float32_weights():
+    run = _training_run(steps=3, dtype=torch.bfloat16)
+    hist = run.train(lambda: False)
+    plain = _training_run(steps=3).train(lambda: False)
+    assert all(p.dtype == torch.float32 for p in run.model.parameters())
+    assert hist.loss[0] == pytest.approx(plain.loss[0], abs=0.05)  # bfloat16 rounds, same loss
+    assert hist.loss[0] != plain.loss[0]

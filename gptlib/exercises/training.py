@@ -10,7 +10,7 @@ from gptlib.config import textbook
 from gptlib.data import sample_batch
 from gptlib.exercises.checking import compare, solved_by
 from gptlib.model import GPT
-from gptlib.train import estimate_loss, learning_rate, make_optimizer
+from gptlib.train import estimate_loss, learning_rate, make_optimizer, train
 
 __all__ = ["check_adamw_step", "check_clip_grad_norm", "check_train_loop", "check_validation_loss",
            "solution_adamw_step", "solution_clip_grad_norm", "solution_train_loop",
@@ -25,7 +25,7 @@ def _tiny(g, dropout, evaluate=True):  # a one-layer model with dropout, and 300
 
 
 def solution_train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
-    g = torch.Generator().manual_seed(seed)  # one generator, made once: train()'s batches
+    g = torch.Generator().manual_seed(seed)  # one generator, made once: every step's batch
     T = model.cfg.block_size
     model.train()  # dropout on, whatever mode the model arrived in
     losses = []
@@ -77,11 +77,17 @@ def _run_loop(fn, model, tokens, seed):  # on a copy, its own AdamW: (losses, fi
     return losses, torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
+def _taught(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+    return train(model, tokens, steps, batch_size, max_lr=max_lr, warmup=warmup, schedule="cosine",
+                 clip=clip, seed=seed, optimizer=optimizer).loss  # fmt: skip
+
+
 @solved_by(solution_train_loop)
 def check_train_loop(train_loop):
-    """Losses and final weights after 6 steps (clip 0.2, two seeds) from a model in eval mode."""
+    """6 steps (clip 0.2, two seeds) from a model in eval mode, beside gptlib.train.train's loop:
+    the losses and the final weights."""
     return compare("train_loop", lambda *inputs: _run_loop(train_loop, *inputs),
-                   partial(_run_loop, solution_train_loop), lambda g: (*_tiny(g, 0.1), g.initial_seed()),
+                   partial(_run_loop, _taught), lambda g: (*_tiny(g, 0.1), g.initial_seed()),
                    [(hint, partial(_run_loop, wrong)) for hint, wrong in LOOP_MISTAKES],
                    trials=2, atol=1e-6, rtol=1e-6, grads=False)  # fmt: skip
 

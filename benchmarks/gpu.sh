@@ -7,7 +7,7 @@
 #   3. the command line's small model: `python -m gptlib train --data names --steps 600`, wall
 #      time with and without --compile, beside the time to start Python, torch and the device;
 #   4. part 1 again with both sides compiled;
-#   5. the small model's step time inside one process: eager, through train() (its per-step reads
+#   5. the small model's step time inside one process: eager, through train_step() (its per-step reads
 #      of the loss and the gradient norm), compiled, and compiled with mode reduce-overhead.
 # Each part runs under its own `timeout`, and all of them within BUDGET seconds (default 340):
 # a part that overruns is stopped with a line saying so, and the next one starts.
@@ -150,7 +150,7 @@ fi
 if [ "$HAVE_NAMES" -eq 1 ]; then
 	MODES=(--no-compile)
 	[ "$COMPILE" -eq 1 ] && MODES=(--compile-modes default reduce-overhead)
-	part "5. the small model's step: eager, through train(), compiled" 120 \
+	part "5. the small model's step: eager, through train_step(), compiled" 120 \
 		"$PYTHON" benchmarks/train_throughput.py --device "$DEVICE" --block-size 16 \
 		--batch-size 32 --train-loop "${TINY[@]}" "${MODES[@]}"
 fi

@@ -9,9 +9,9 @@ Prints tokens/s and achieved FLOP/s for the manual and the sdpa attention paths,
 of a large matmul measured in the same rounds, so model-FLOP utilisation (MFU) is visible.
 Then the sdpa path once more under torch.compile (what `train --compile` does; each of
 `--compile-modes`): its one-off compile time and its gain in tokens/s over eager execution.
-`--train-loop` adds the sdpa path run through `gptlib.train.train` itself, whose bookkeeping (the
-learning-rate schedule, the History, reading the loss and the gradient norm back every step)
-is what separates it from the bare loop here; on a GPU each read waits for the device.
+`--train-loop` adds the sdpa path run through `gptlib.train.train_step`, the taught step, whose
+bookkeeping (the label and non-finite checks, reading the loss and the gradient norm back every
+step) is what separates it from the bare loop here; on a GPU each read waits for the device.
 Every variant runs `--steps` steps per round, in alternating order, and the best round counts.
 On a CPU in float32; on CUDA under bfloat16 autocast with TF32 (benchmarks/common.py).
 FLOPs per token for a training step (forward + backward) are counted as
@@ -40,7 +40,7 @@ from common import (
 from gptlib.config import textbook
 from gptlib.data import load_corpus, sample_batch
 from gptlib.model import GPT
-from gptlib.train import make_optimizer, train
+from gptlib.train import make_optimizer, train_step
 
 
 def runner(attention: str, args, tokens, vocab_size, device, compile_mode=None, loop=False):
@@ -65,8 +65,10 @@ def runner(attention: str, args, tokens, vocab_size, device, compile_mode=None, 
         opt.step()
 
     def steps_of_train(n):
-        dtype = torch.bfloat16 if device.type == "cuda" else None
-        train(model, tokens, n, B, optimizer=opt, generators=[g], warmup=0, autocast_dtype=dtype)
+        for _ in range(n):
+            idx, labels = sample_batch(tokens, B, T, g, device)
+            with autocast(device):
+                train_step(model, opt, idx, labels, 3e-4, 1.0)
 
     start = time.perf_counter()
     if loop:
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         help="torch.compile modes to time: default, reduce-overhead, max-autotune",
     )
     parser.add_argument(
-        "--train-loop", action="store_true", help="also time the sdpa path through train()"
+        "--train-loop", action="store_true", help="also time the sdpa path through train_step()"
     )
     args = parser.parse_args(argv)
     if args.threads:
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     variants = {"manual": ("manual", None, False), "sdpa": ("sdpa", None, False)}
     if args.train_loop:
-        variants["sdpa, through train()"] = ("sdpa", None, True)
+        variants["sdpa, through train_step()"] = ("sdpa", None, True)
     if not args.no_compile:
         for mode in args.compile_modes:
             suffix = "" if mode == "default" else f" {mode}"
@@ -143,9 +145,9 @@ def main(argv: list[str] | None = None) -> None:
         if "compiled" in label:
             gain = rate[label] / rate["sdpa"]
             print(f"torch.compile gain ({label[6:]}, tok/s compiled / eager): {gain:.2f}x")
-    if "sdpa, through train()" in rate:
-        cost = rate["sdpa"] / rate["sdpa, through train()"]
-        print(f"train() against the bare loop, step time: {cost:.2f}x")
+    if "sdpa, through train_step()" in rate:
+        cost = rate["sdpa"] / rate["sdpa, through train_step()"]
+        print(f"train_step() against the bare loop, step time: {cost:.2f}x")
 
 
 if __name__ == "__main__":

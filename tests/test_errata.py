@@ -103,18 +103,13 @@ NOT_YET = "not yet flagged in a notebook"
 # one of them is flagged after all: link that section from its **Flagged in** line and drop it here.
 NOT_YET_FLAGGED = {
     3: "16",
-    4: "09",
     7: "10",
     8: "12",
     9: "13",
-    11: "06",
     13: "11",
     14: "10",
     15: "10",
-    17: "05",
     28: "08",
-    29: "09",
-    30: "09",
     31: "10",
     32: "10",
     33: "13",

@@ -101,19 +101,7 @@ NOTEBOOKS = ROOT / "notebooks"
 NOT_YET = "not yet flagged in a notebook"
 # Entries no notebook points to yet, with the notebook where the flag belongs. The test fails when
 # one of them is flagged after all: link that section from its **Flagged in** line and drop it here.
-NOT_YET_FLAGGED = {
-    3: "16",
-    7: "10",
-    8: "12",
-    9: "13",
-    13: "11",
-    14: "10",
-    15: "10",
-    28: "08",
-    31: "10",
-    32: "10",
-    33: "13",
-}
+NOT_YET_FLAGGED = {}
 # "ERRATA 6", or a link to its heading in ERRATA.md.
 _REFERENCE = re.compile(r"\bERRATA (\d+)\b|ERRATA\.md#(\d+)-")
 _ERRATA_LINK = re.compile(r"ERRATA\.md#([^)\s]+)")

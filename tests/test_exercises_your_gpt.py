@@ -25,7 +25,7 @@ def _row(check, name, table, wrap=lambda wrong: wrong):
 
 ROWS = [
     *_row(Y.check_gpt_forward, "forward", Y.FORWARD_MISTAKES),
-    *_row(Y.check_gpt_train, "train_gpt", Y.LOOP_MISTAKES, lambda s: lambda *a: Y._loop(*a, **s)),
+    *_row(Y.check_gpt_train, "train_gpt", Y.LOOP_MISTAKES),
     *_row(
         Y.check_gpt_sample,
         "sample_names",

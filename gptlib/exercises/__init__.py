@@ -17,8 +17,6 @@ __all__ = ["CheckResult", "compare", "not_written", "show_solution", "solved_by"
 
 _SUBMODULES = [info.name for info in pkgutil.iter_modules(__path__)]
 for _submodule in _SUBMODULES:
-    if _submodule == "checking":
-        continue
     _module = importlib.import_module(f"{__name__}.{_submodule}")
     for _name in getattr(_module, "__all__", []):
         if _name in _SUBMODULES:  # one name, one thing: the submodule keeps its name

@@ -1,22 +1,19 @@
 """A trained `GPT` run piece by piece, so that any piece can be the reader's own.
 
 `forward(model, idx, **pieces)` computes what `model(idx)` computes, from the model's own
-weights, one exercise-sized step at a time: the embeddings (notebook 01), the fused projection
-cut into q, k, v (02), the heads (04), causal attention (03), the blocks' residual sublayers (06)
-and the MLP (07). Each step is a function with the signature of its exercise; a keyword argument
-replaces it, so a notebook can run the reader's `causal_attention` inside the trained microgpt
-and print the validation loss it gives beside the library's (`validation_loss`).
+weights, one exercise-sized step at a time; a keyword argument replaces a step with the reader's
+function, so a notebook can run the reader's `causal_attention` inside the trained microgpt and
+print the validation loss it gives beside the library's (`validation_loss`). The pieces, each
+with the signature of its notebook's exercise:
 
-The pieces and their signatures (the notebooks' exercises):
-
-    embed(ids, wte, wpe)                 -> x [B, n, d]
-    qkv_split(x, w_qkv)                  -> q, k, v, each [B, n, d]
-    split_heads(x, n_head)               -> [B, h, n, d_h]
-    causal_attention(q, k, v)            -> [B, h, n, d_h]
-    merge_heads(y)                       -> [B, n, d]
-    mlp_forward(x, w_fc, w_proj, activation) -> [B, n, d]
-    pre_norm_block(x, sublayers) or post_norm_block(x, sublayers), by the model's placement
-    lm_loss(logits, labels)              -> the mean loss (validation_loss only)
+    embed(ids, wte, wpe)                     -> x [B, n, d]               (notebook 01)
+    qkv_split(x, w_qkv)                      -> q, k, v, each [B, n, d]   (02)
+    split_heads(x, n_head)                   -> [B, h, n, d_h]            (04)
+    causal_attention(q, k, v)                -> [B, h, n, d_h]            (03)
+    merge_heads(y)                           -> [B, n, d]                 (04)
+    mlp_forward(x, w_fc, w_proj, activation) -> [B, n, d]                 (07)
+    pre_norm_block(x, sublayers) or post_norm_block(x, sublayers), by the model's placement (06)
+    lm_loss(logits, labels)                  -> the mean loss (validation_loss only; 09)
 
 A model with biases in its Linear layers (GPT-2) adds them around the pieces, which take none.
 Dropout is not applied: this is the model in eval mode.
@@ -88,11 +85,9 @@ def forward(model: GPT, idx: torch.Tensor, **pieces: Callable | None) -> torch.T
         a, m = block.attn, block.mlp
 
         def attend(h, a=a):
-            d = h.size(-1)
-            bias = _bias(a.qkv)
             q, k, v = p["qkv_split"](h, a.qkv.weight)
             if a.qkv.bias is not None:
-                q, k, v = q + bias[:d], k + bias[d : 2 * d], v + bias[2 * d :]
+                q, k, v = (t + b for t, b in zip((q, k, v), a.qkv.bias.chunk(3), strict=True))
             q, k, v = (p["split_heads"](t, a.n_head) for t in (q, k, v))
             y = p["merge_heads"](p["causal_attention"](q, k, v))  # [B, n, d]
             return y @ a.proj.weight.T + _bias(a.proj)
@@ -121,12 +116,9 @@ def validation_loss(
     `lm_loss` (a piece too). Equal to `estimate_loss` to about 1e-6 when every piece is the
     library's."""
     p = _pieces(pieces)
-    forward_pieces = {k: v for k, v in pieces.items() if k != "lm_loss"}
     losses = [
-        float(p["lm_loss"](forward(model, idx, **forward_pieces), labels))
+        float(p["lm_loss"](forward(model, idx, **pieces), labels))
         for idx, labels in eval_batches(model, tokens, batch_size, n_batches, seed)
     ]
     loss = sum(losses) / len(losses)
-    if not math.isfinite(loss):
-        return float("nan")
-    return loss
+    return loss if math.isfinite(loss) else float("nan")

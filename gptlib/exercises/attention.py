@@ -1,7 +1,5 @@
-"""Notebook 03: `causal_attention(q, k, v)` for q, k, v [B, h, n, d_h] of every head at once,
-softmax(q k^T / sqrt(d_h) + causal mask) v, [B, h, n, d_h]. The check's h = 3 heads of d_h = 4
-tell sqrt(d_h) = 2 from sqrt(d_model) = sqrt(12).
-"""
+"""Notebook 03: `causal_attention(q, k, v)` for every head at once, q, k, v [B, h, n, d_h]; the
+check's h = 3 heads of d_h = 4 tell sqrt(d_h) = 2 from sqrt(d_model) = sqrt(12)."""
 
 import math
 from functools import partial

@@ -1,8 +1,6 @@
 """Notebook 15, byte-pair encoding: `merge(ids, pair, new_id)` (a a a with (a, a) gives [new, a])
 and, optional, `learn_merges(ids, num_merges, merge)`, train_bpe's loop on one list of byte ids."""
 
-from __future__ import annotations
-
 from functools import partial
 
 import torch

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from gptlib.exercises import yours
-from gptlib.exercises.table import Refusal, refusals_for
+from gptlib.exercises.table import REFUSALS, Refusal
 
 
 @dataclass
@@ -84,16 +84,14 @@ def _helpers_of(fn: Callable) -> list[Callable]:
 
 
 def _constants_of(functions: Sequence[Callable]) -> list[tuple[str, object]]:
-    """The module-level numbers and strings the functions read (IGNORE_INDEX), so the printed
-    solution runs where it is pasted."""
+    """The module-level literals the functions read (IGNORE_INDEX), so the printed solution runs
+    where it is pasted."""
     found: dict[str, object] = {}
     for f in map(inspect.unwrap, functions):
+        module = vars(inspect.getmodule(f))
         for name in f.__code__.co_names:
-            value = getattr(inspect.getmodule(f), name, None)
-            if isinstance(value, (bool, int, float, str)) and not name.startswith("__"):
-                with contextlib.suppress(ValueError, SyntaxError):
-                    if ast.literal_eval(repr(value)) == value:  # not inf, nan
-                        found.setdefault(name, value)
+            if name in module and not name.startswith("__") and yours.is_literal(module[name]):
+                found.setdefault(name, module[name])
     return sorted(found.items())
 
 
@@ -119,19 +117,6 @@ def show_solution(check: Callable) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Refusals, read from the source
-
-
-class Refused(BaseException):
-    """The reader's source hands the exercise to the library (see `shortcut`). A BaseException,
-    so an `except Exception` in the reader's code lets it through to the check."""
-
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
-
-    @property
-    def result(self) -> CheckResult:
-        return CheckResult(False, self.message)
 
 
 def refusal_message(name: str, refusal: Refusal) -> str:
@@ -223,7 +208,7 @@ def _calls(f: types.FunctionType, refusal: Refusal, target: object, node: ast.Ca
 def shortcut(name: str, fns: Sequence[Callable]) -> str | None:
     """The refusal message when the reader's source (or a helper of theirs) calls a library
     function that does exercise `name`'s whole job (its record in `table`), else None."""
-    targets = [(r, _target(r.path)) for r in refusals_for(name)]
+    targets = [(r, _target(r.path)) for r in REFUSALS.get(name, ())]
     targets = [(r, t) for r, t in targets if t is not None]
     if not targets:
         return None
@@ -241,23 +226,6 @@ def shortcut(name: str, fns: Sequence[Callable]) -> str | None:
     return None
 
 
-def guard(name: str, user_fn: Callable) -> Callable:
-    """`user_fn`, whose first call raises `Refused` when its source hands `name` over."""
-    if not refusals_for(name):
-        return user_fn
-    verdict: list[str | None] = []
-
-    def guarded(*args, **kwargs):
-        if not verdict:
-            verdict.append(shortcut(name, [user_fn]))
-        if verdict[0]:
-            raise Refused(verdict[0])
-        return user_fn(*args, **kwargs)
-
-    guarded.__wrapped__ = user_fn
-    return guarded
-
-
 # ---------------------------------------------------------------------------------------------
 # Comparing outputs and gradients
 
@@ -269,29 +237,25 @@ def _holds_tensors(x) -> bool:
     return any(_holds_tensors(v) for v in values)
 
 
-def _parts(x, path: str = "") -> list[tuple[str, object]]:
-    """The values to compare, with their paths: a tuple, list or dict holding tensors is opened
-    (so a list unpacks like the tuple asked for); anything else (a list of ints) is one value."""
-    if isinstance(x, dict) and _holds_tensors(x):
-        return [p for k in sorted(x) for p in _parts(x[k], f"{path}[{k!r}]")]
-    if isinstance(x, (list, tuple)) and _holds_tensors(x):
-        return [p for i, v in enumerate(x) for p in _parts(v, f"{path}[{i}]")]
-    return [(path, x)]
-
-
 def _as_tuple(x) -> tuple:
-    return tuple(v for _, v in _parts(x))
+    """The values to compare: a tuple, list or dict holding tensors is opened (so a list unpacks
+    like the tuple asked for); anything else (a list of ints) is one value."""
+    if isinstance(x, (dict, list, tuple)) and _holds_tensors(x):
+        values = [x[k] for k in sorted(x)] if isinstance(x, dict) else x
+        return tuple(part for v in values for part in _as_tuple(v))
+    return (x,)
+
+
+def _double(x) -> torch.Tensor:
+    return torch.as_tensor(x).detach().double()
 
 
 def _close(a, b, atol: float, rtol: float) -> bool:
     a, b = _as_tuple(a), _as_tuple(b)
     if len(a) != len(b):
         return False
-    for x, y in zip(a, b, strict=True):
-        x, y = torch.as_tensor(x).detach(), torch.as_tensor(y).detach()
-        if x.shape != y.shape:
-            return False
-        if not torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol, equal_nan=True):
+    for x, y in zip(map(_double, a), map(_double, b), strict=True):
+        if x.shape != y.shape or not torch.allclose(x, y, atol=atol, rtol=rtol, equal_nan=True):
             return False
     return True
 
@@ -321,8 +285,7 @@ def difference(got, expected) -> str:
     """How outputs of equal shapes differ, in words: "largest difference 0.311", or where a NaN
     or an infinity appeared (a difference taken with one would itself be NaN)."""
     largest = 0.0
-    for g, e in zip(_as_tuple(got), _as_tuple(expected), strict=True):
-        g, e = torch.as_tensor(g).detach().double(), torch.as_tensor(e).detach().double()
+    for g, e in zip(map(_double, _as_tuple(got)), map(_double, _as_tuple(expected)), strict=True):
         if (g.isnan() & ~e.isnan()).any():
             return "your output has NaN where the reference has none"
         if (e.isnan() & ~g.isnan()).any():
@@ -427,8 +390,8 @@ def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
     return None
 
 
-def _mismatch(name: str, got, expected, inputs, mistakes, atol, rtol) -> CheckResult:
-    """The message for outputs that differ: a known slip names itself (by values or shape),
+def _mismatch(got, expected, inputs, mistakes, atol, rtol) -> str:
+    """What is wrong with outputs that differ: a known slip names itself (by values or shape),
     else the count, the shape or the size of the difference."""
     for hint, wrong_fn in mistakes:
         try:
@@ -436,19 +399,15 @@ def _mismatch(name: str, got, expected, inputs, mistakes, atol, rtol) -> CheckRe
         except Exception:  # noqa: BLE001
             continue
         if _close(got, wrong, atol, rtol):
-            return CheckResult(False, f"✗ {name}: {hint}")
+            return hint
     exp_t, got_t = _as_tuple(expected), _as_tuple(got)
     if len(exp_t) != len(got_t):
-        return CheckResult(
-            False, f"✗ {name}: returned {len(got_t)} value(s), expected {len(exp_t)}"
-        )
+        return f"returned {len(got_t)} value(s), expected {len(exp_t)}"
     for e_, g_ in zip(exp_t, got_t, strict=True):
         e_shape, g_shape = list(torch.as_tensor(e_).shape), list(torch.as_tensor(g_).shape)
         if e_shape != g_shape:
-            return CheckResult(False, f"✗ {name}: output has shape {g_shape}, expected {e_shape}")
-    return CheckResult(
-        False, f"✗ {name}: values differ from the reference ({difference(got_t, exp_t)})"
-    )
+            return f"output has shape {g_shape}, expected {e_shape}"
+    return f"values differ from the reference ({difference(got_t, exp_t)})"
 
 
 def compare(
@@ -471,9 +430,11 @@ def compare(
     shape) gets its message. `error_hints` pairs a fragment of an error with a hint appended when
     the reader's function raises it. A source that calls a refused library function is refused.
     """
+    refused = shortcut(name, [user_fn])
+    if refused:
+        return CheckResult(False, refused)
     if error_hints:
         user_fn = with_error_hints(user_fn, error_hints)
-    user_fn = guard(name, user_fn)
     for trial in range(trials):
         inputs = make_inputs(torch.Generator().manual_seed(1000 + trial))
         expected = reference_fn(*inputs)
@@ -481,13 +442,13 @@ def compare(
             got = user_fn(*inputs)
         except NotImplementedError:
             return not_written(name)
-        except Refused as e:
-            return e.result
         except Exception as e:  # the reader's code failed: say how
             return CheckResult(False, f"✗ {name}: your function raised {type(e).__name__}: {e}")
+        problem = None
         if not _close(got, expected, atol, rtol):
-            return _mismatch(name, got, expected, inputs, mistakes, atol, rtol)
-        problem = _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) if grads else None
+            problem = _mismatch(got, expected, inputs, mistakes, atol, rtol)
+        elif grads:
+            problem = _gradient_problem(user_fn, reference_fn, inputs, atol, rtol)
         if problem:
             return CheckResult(False, f"✗ {name}: {problem}")
     return CheckResult(True, f"✓ {name}: matches the reference on {trials} random inputs")

@@ -1,7 +1,5 @@
-"""Notebook 00: `encode_stream(documents, tokenizer)`, BOS before every document and one BOS at
-the end, ".emma.olivia." as one 1-D tensor of long ids. The tokenizers differ from trial to trial
-(their alphabets, so BOS's id, and their BOS symbols), so a stream built for the names' only shows.
-"""
+"""Notebook 00: `encode_stream(documents, tokenizer)`, BOS before each document and at the end,
+".emma.olivia." as long ids; each trial's tokenizer has its own alphabet and BOS symbol."""
 
 from functools import partial
 
@@ -46,7 +44,6 @@ ERRORS = [
     ("is not in the vocabulary", "the character it names is not one of this tokenizer's symbols; "
      "the check's tokenizers do not all have the names' alphabet or mark BOS with '.'"),
 ]  # fmt: skip
-
 _ALPHABETS = [("abcdefghijklmnopqrstuvwxyz", "."), ("aeiklmnorst", "|"), ("abdeilmnoruy", "#")]
 
 
@@ -60,8 +57,7 @@ def _docs(g: torch.Generator) -> tuple[list[str], CharTokenizer]:
 
 @solved_by(solution_encode_stream)
 def check_encode_stream(encode_stream) -> CheckResult:
-    """Run `encode_stream(documents, tokenizer)` on random lists of short names, with another
-    tokenizer in each trial."""
+    """Run `encode_stream` on random lists of short names, with another tokenizer in each trial."""
     try:  # compare would take a list, or float ids, for the reference's
         ids = encode_stream(*_docs(torch.Generator().manual_seed(1000)))
     except Exception:  # noqa: BLE001 - compare runs it again and says how it failed

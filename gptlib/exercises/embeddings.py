@@ -1,8 +1,5 @@
-"""Notebook 01: token ids into the vectors the first block reads.
-
-`embed(ids, wte, wpe)`: x = wte[ids] + wpe[positions], one row of the token table per id and one
-row of the position table per place in the window (0..n-1, whatever the ids are), added.
-"""
+"""Notebook 01: `embed(ids, wte, wpe)`, the vectors the first block reads: the token table's row
+of each id plus the position table's row of each place in the window, 0..n-1 whatever the ids."""
 
 import torch
 

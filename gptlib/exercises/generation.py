@@ -1,8 +1,6 @@
 """Notebook 12, generation: `filter_logits` (top-k, then top-p, ties kept) against the library's
 filter; optional, `sample_step`, one step of `generate`, handed a training-mode model (dropout)."""
 
-from __future__ import annotations
-
 from functools import partial
 
 import torch
@@ -67,8 +65,7 @@ FILTER_MISTAKES = [
 ]  # fmt: skip
 
 
-def _library_filter(logits, top_k, top_p) -> torch.Tensor:
-    """The library's filter called as the reader's is, (logits, top_k, top_p)."""
+def _library_filter(logits, top_k, top_p) -> torch.Tensor:  # called as the reader's filter is
     return library_filter_logits(logits, top_k=top_k, top_p=top_p)
 
 
@@ -83,8 +80,7 @@ def _filter_inputs(g: torch.Generator) -> tuple:
 
 @solved_by(solution_filter_logits)
 def check_filter_logits(filter_logits) -> CheckResult:
-    """Run `filter_logits(logits, top_k, top_p)` on [5, 10] random logits with top_k only, top_p
-    only and both, and on rows with ties, against `gptlib.generate.filter_logits`."""
+    """Against `gptlib.generate.filter_logits` on [5, 10] random logits and on rows with ties."""
 
     def readers(logits, top_k, top_p):  # on a copy; below -1e8 reads as -inf: -1e9 is a fill too
         out = filter_logits(logits.clone(), top_k, top_p)

@@ -1,9 +1,5 @@
-"""Notebook 16. `to_gptlib(hf_state)`: GPT2LMHeadModel's state dict (GPT-2's names, Conv1D weights
-[in, out]) -> a state dict gptlib's GPT loads (gptlib's names, nn.Linear weights [out, in]),
-compared name by name with the reference (what `gptlib.huggingface.gptlib_state_dict` gives,
-refused)."""
-
-from __future__ import annotations
+"""Notebook 16: `to_gptlib(hf_state)`, GPT2LMHeadModel's state dict as gptlib's GPT loads it,
+compared name by name with the reference (`gptlib.huggingface.gptlib_state_dict`, refused)."""
 
 from functools import partial
 from itertools import permutations

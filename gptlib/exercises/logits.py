@@ -1,9 +1,5 @@
-"""Notebook 08, the sampling distribution: `temperature_probs(logits, temperature)` for logits
-[B, V] and one temperature >= 0 for the batch or a tensor [B] of them, one per row -> [B, V]:
-softmax(logits / τ) row by row, and a row with τ = 0 one-hot at its largest logit (greedy).
-"""
-
-from __future__ import annotations
+"""Notebook 08, the sampling distribution: `temperature_probs(logits, τ)` is softmax(logits / τ)
+row by row, τ one number or one per row, and a row with τ = 0 is one-hot at its largest logit."""
 
 from functools import partial
 
@@ -48,7 +44,6 @@ MISTAKES = [
     ("the logits were multiplied by the temperature: your distribution gets flatter as τ falls "
      "and sharper as it rises, the opposite of a temperature", partial(_slip, multiply=True)),
 ]  # fmt: skip
-
 ERROR_HINTS = [
     ("Boolean value of Tensor with more than one value is ambiguous",
      "a Python `if` met the tensor of B temperatures, one truth value per row"),
@@ -65,7 +60,6 @@ def _inputs(g: torch.Generator) -> tuple:
 
 @solved_by(solution_temperature_probs)
 def check_temperature_probs(temperature_probs) -> CheckResult:
-    """Run `temperature_probs(logits, τ)` on random [4, 11] logits: τ = 0.5 and 0 for the whole
-    batch, then four temperatures, one per row, with zeros among them."""
+    """On random [4, 11] logits: τ = 0.5, then 0, for the batch, then one τ per row, some 0."""
     return compare("temperature_probs", temperature_probs, solution_temperature_probs, _inputs,
                    MISTAKES, 4, error_hints=ERROR_HINTS, grads=False)  # fmt: skip

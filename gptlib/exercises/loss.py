@@ -2,8 +2,6 @@
 log-sum-exp trick. `lm_loss(logits [B, n, V], labels [B, n])`: the mean of -log p(labels[:, t + 1])
 under logits[:, t] over the labels that are not -100, built on the reader's log-softmax."""
 
-from __future__ import annotations
-
 from functools import partial
 
 import torch

@@ -1,7 +1,5 @@
-"""Notebook 07: the position-wise MLP, `mlp_forward(x, w_fc, w_proj, activation)` for x [B, n, d]
-and nn.Linear's [out, in] weights (w_fc [4d, d], w_proj [d, 4d]): activation(x @ w_fc^T) @ w_proj^T,
-[B, n, d]. The trials alternate ReLU and GELU; the last one is the textbook preset's GELU MLP.
-"""
+"""Notebook 07: the position-wise MLP, `mlp_forward(x, w_fc, w_proj, activation)` with nn.Linear's
+[out, in] weights: activation(x @ w_fc^T) @ w_proj^T."""
 
 import torch
 import torch.nn.functional as F
@@ -42,17 +40,14 @@ def _inputs(g: torch.Generator) -> tuple:
             module = MLP(textbook())
         weights = module.fc.weight.detach(), module.proj.weight.detach()
         return torch.randn(2, 4, 128, generator=g), *weights, F.gelu
-    w_fc, w_proj = (
-        torch.randn(32, 8, generator=g) / 8**0.5,
-        torch.randn(8, 32, generator=g) / 32**0.5,
-    )
+    w_fc = torch.randn(32, 8, generator=g) / 8**0.5
+    w_proj = torch.randn(8, 32, generator=g) / 32**0.5
     act = F.gelu if g.initial_seed() % 2 else F.relu  # trials 0, 2: ReLU; 1: GELU
     return torch.randn(2, 5, 8, generator=g), w_fc, w_proj, act  # d = 8
 
 
 @solved_by(solution_mlp)
 def check_mlp(mlp_forward) -> CheckResult:
-    """Run `mlp_forward(x, w_fc, w_proj, activation)` on random [2, 5, 8] inputs with ReLU and
-    GELU, then on the textbook preset's GELU MLP (d = 128)."""
+    """ReLU and GELU on random [2, 5, 8] inputs, then the textbook preset's GELU MLP (d = 128)."""
     return compare("mlp_forward", mlp_forward, solution_mlp, _inputs, MISTAKES, 4,
                    error_hints=ERRORS)  # fmt: skip

@@ -1,8 +1,5 @@
-"""Notebook 04: cutting [B, n, d] into heads and gluing them back.
-
-`split_heads(x, n_head)`: [B, n, d] -> [B, h, n, d_h], head i owning features i*d_h..(i+1)*d_h-1.
-`merge_heads(y)`: [B, h, n, d_h] -> [B, n, d], the inverse.
-"""
+"""Notebook 04: `split_heads(x, n_head)`, [B, n, d] -> [B, h, n, d_h] with head i owning features
+i*d_h..(i+1)*d_h-1, and its inverse `merge_heads(y)`, [B, h, n, d_h] -> [B, n, d]."""
 
 import torch
 

@@ -1,6 +1,5 @@
-"""Notebook 06: `rmsnorm(x, gain, eps)` against gptlib's RMSNorm; `pre_norm_block(x, sublayers)`
-and `post_norm_block`, x [B, n, d] through (norm, f) pairs, x + f(norm(x)) or norm(x + f(x)) each,
-against random gptlib Blocks; optional `rmsnorm_backward(x, weight, grad_out, eps)`."""
+"""Notebook 06: `rmsnorm` against gptlib's RMSNorm, `pre_norm_block` and `post_norm_block` against
+random gptlib Blocks, and, optional, `rmsnorm_backward` against autograd."""
 
 import torch
 

@@ -18,6 +18,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from gptlib.exercises import yours
 from gptlib.exercises.table import EXERCISES, Exercise
 
 __all__ = ["progress"]
@@ -64,14 +67,10 @@ def _time_limit(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _verdict(exercise: Exercise, timeout: float | None) -> tuple[str, str]:
-    import torch
-
+def _verdict(exercise: Exercise, where: Path, timeout: float | None) -> tuple[str, str]:
     import gptlib.exercises as ex
-    from gptlib.exercises import yours
 
-    name = exercise.check.removeprefix("check_")
-    fn, why = yours.load(name)
+    fn, why = yours.load(exercise.check.removeprefix("check_"), where)
     if fn is None:
         return (NOT_WRITTEN, "") if why == "not solved yet" else (FAILS, why)
     dtype = torch.get_default_dtype()
@@ -100,8 +99,6 @@ def _verdict(exercise: Exercise, timeout: float | None) -> tuple[str, str]:
 
 def _package(folder: str | os.PathLike | None) -> Path:
     """The reader's package: `folder` itself, or its `yourgpt/` (a notebooks folder given)."""
-    from gptlib.exercises import yours
-
     if folder is None:
         return yours.folder()
     path = Path(folder)
@@ -112,18 +109,8 @@ def _package(folder: str | os.PathLike | None) -> Path:
 
 def collect(folder: str | os.PathLike | None = None, timeout: float = 60.0) -> list[Row]:
     """Every exercise of the course with its state in the reader's package `folder`."""
-    from gptlib.exercises import yours
-
     where = _package(folder)
-    before = os.environ.get(yours.ENV)
-    os.environ[yours.ENV] = str(where)
-    try:
-        return [Row(e, *_verdict(e, timeout)) for e in EXERCISES]
-    finally:
-        if before is None:
-            os.environ.pop(yours.ENV, None)
-        else:
-            os.environ[yours.ENV] = before
+    return [Row(e, *_verdict(e, where, timeout)) for e in EXERCISES]
 
 
 def format_table(rows: list[Row]) -> str:
@@ -154,9 +141,8 @@ def format_table(rows: list[Row]) -> str:
 
 
 def progress(folder: str | os.PathLike | None = None, timeout: float = 60.0) -> None:
-    """Print every exercise of the course with its notebook, difficulty, minutes and state, as
-    the reader's package (`folder`, default `notebooks/yourgpt/`) holds them: a function is kept
-    there when its check passes in a notebook, and is checked again here."""
+    """Print every exercise of the course with its state in the reader's package `folder`
+    (default `notebooks/yourgpt/`), each kept function checked again."""
     where = _package(folder)
     rows = collect(where, timeout)
     print(f"Your pieces in {where.resolve()}\n")

@@ -1,8 +1,5 @@
-"""Notebook 02: the fused projection cut into queries, keys and values.
-
-`qkv_split(x, w_qkv)` takes x [B, n, d] and w_qkv [3d, d] (nn.Linear's [out, in] layout: the
-rows of W_Q, then W_K, then W_V) and returns q, k, v, each [B, n, d]; a list of three passes too.
-"""
+"""Notebook 02: `qkv_split(x, w_qkv)`, the fused projection (nn.Linear's [out, in] layout: the rows
+of W_Q, then W_K, then W_V) cut into q, k, v; a list of three passes as the tuple."""
 
 import torch
 
@@ -46,11 +43,7 @@ def check_qkv_split(split_fn) -> CheckResult:
     """Check `split_fn(x [B, n, d], w_qkv [3d, d]) -> (q, k, v)`, each [B, n, d], with n = 5 and
     d = 6, so that a split along the positions or a stored-as-is weight shows."""
 
-    def as_tuple(x, w_qkv):  # a list of three is read as the tuple it unpacks to
-        out = split_fn(x, w_qkv)
-        return tuple(out) if isinstance(out, list) else out
-
     def inputs(g):
         return torch.randn(2, 5, 6, generator=g), torch.randn(18, 6, generator=g)
 
-    return compare("qkv_split", as_tuple, solution_qkv_split, inputs, MISTAKES, error_hints=ERRORS)
+    return compare("qkv_split", split_fn, solution_qkv_split, inputs, MISTAKES, error_hints=ERRORS)

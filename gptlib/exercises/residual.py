@@ -1,6 +1,5 @@
-"""Notebook 05: `stack_gradients(jacobians, grad_top, residual)`, the gradient [L, d] reaching each
-layer's input from the Jacobians J_l [d, d] (row: output feature) and dL/dx_L [d], checked against
-autograd through linear maps x -> J_l x (+ x); a function that calls autograd is refused."""
+"""Notebook 05: `stack_gradients(jacobians, grad_top, residual)`, checked against autograd through
+linear maps x -> J_l x (+ x); a function that calls autograd is refused."""
 
 import ast
 import functools

@@ -5,11 +5,9 @@ exercise, in both languages. Adding an exercise is one record here, its check wi
 its notebook's module, and its cells.
 
 `refusals`: a library function (or a class's method) that does the exercise's whole job, how the
-message names it and what it does. A check reads the reader's source for a call to one and says
-"write this one yourself" (nothing is patched: a disguised call passes and teaches nothing).
-Left out on purpose: `gptlib.generate.filter_logits` for `sample_step` (notebook 12 allows it)
-and `merge_heads`, which has no library function of its own.
-`reports`: the name the check reports, when it is not the check's name without `check_`.
+message names it and what it does; a check that finds a call to one in the reader's source says
+"write this one yourself". Left out on purpose: `gptlib.generate.filter_logits` for
+`sample_step` (notebook 12 allows it) and `merge_heads`, which has no library function of its own.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ class Exercise(NamedTuple):
 
     @property
     def name(self) -> str:
-        """The name the check reports: "causal_attention" for check_causal_attention."""
         return self.reports or self.check.removeprefix("check_")
 
 
@@ -178,9 +175,5 @@ EXERCISES: tuple[Exercise, ...] = (
 # fmt: on
 
 
+# The library calls each exercise refuses, by the name its check reports.
 REFUSALS: dict[str, tuple[Refusal, ...]] = {e.name: e.refusals for e in EXERCISES if e.refusals}
-
-
-def refusals_for(name: str) -> tuple[Refusal, ...]:
-    """The library calls exercise `name` (the name its check reports) refuses."""
-    return REFUSALS.get(name, ())

@@ -43,28 +43,34 @@ def solution_train_loop(model, optimizer, tokens, steps, batch_size, max_lr, war
     return losses
 
 
-def _loop(model, opt, tokens, steps, batch_size, max_lr, warmup, clip, seed, *, order="zbcs",
-          train=True, lr="cosine", reseed=False, shift=None, each=False):  # fmt: skip
-    # `order` spells zero_grad, backward, clip, step
+def _steps(loss_of, params, T, opt, tokens, steps, batch_size, max_lr, warmup, clip, seed, *,
+           order="zbcs", lr="cosine", reseed=False, shift=None, each=False):  # fmt: skip
+    """The loop with slips by switch (notebook 14's too): `order` spells zero_grad, backward,
+    clip, step; loss_of(idx, labels) is a batch's loss, T its window."""
     g = torch.Generator().manual_seed(seed)
-    model.train(train or model.training)
-    groups = [[p] for p in model.parameters()] if each else [list(model.parameters())]
+    groups = [[p] for p in params] if each else [params]
     losses = []
     for step in range(steps):
         for group in opt.param_groups if lr else ():
             group["lr"] = learning_rate(step, max_lr, warmup, steps, lr)
         g = torch.Generator().manual_seed(seed) if reseed else g
-        idx, labels = sample_batch(tokens, batch_size, model.cfg.block_size, g)
+        idx, labels = sample_batch(tokens, batch_size, T, g)
         idx = idx[:, :-1] if shift == "cropped" else idx  # the labels shifted once more:
         labels = {"cropped": labels[:, 1:], "rolled": labels.roll(-1, dims=1),
                   "padded": torch.nn.functional.pad(labels[:, 1:], (0, 1), value=-100)}.get(shift, labels)  # fmt: skip
-        loss = model(idx, labels)[1]
+        loss = loss_of(idx, labels)
         do = {"z": opt.zero_grad, "b": loss.backward, "s": opt.step,
               "c": lambda: [torch.nn.utils.clip_grad_norm_(ps, clip) for ps in groups]}  # fmt: skip
         for action in order:
             do[action]()
         losses.append(loss.item())
     return losses
+
+
+def _loop(model, opt, *args, train=True, **slips):
+    model.train(train or model.training)
+    loss_of = lambda idx, labels: model(idx, labels)[1]  # noqa: E731
+    return _steps(loss_of, list(model.parameters()), model.cfg.block_size, opt, *args, **slips)
 
 
 def _run_loop(fn, model, tokens, seed):  # on a copy, its own AdamW: (losses, final weights)

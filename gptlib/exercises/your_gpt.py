@@ -21,6 +21,7 @@ from gptlib.exercises.mlp import check_mlp
 from gptlib.exercises.multi_head import check_merge_heads, check_split_heads
 from gptlib.exercises.norms import check_pre_norm_block, check_rmsnorm
 from gptlib.exercises.qkv import check_qkv_split
+from gptlib.exercises.training import _steps
 from gptlib.ladder import gpt_optimizer, gpt_weights, trainable
 from gptlib.train import learning_rate
 
@@ -226,50 +227,34 @@ TRAIN = (6, 4, 1e-2, 2, 0.2)  # steps, batch_size, max_lr, warmup, clip
 
 
 def _loop(forward_fn, loss_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed,
-          n_head, *, order=("zero", "backward", "clip", "step"), lr=True):  # fmt: skip
-    g = torch.Generator().manual_seed(seed)
+          n_head, **slip):  # fmt: skip
+    """train_gpt with one slip, by the switches of notebook 10's slipped loop."""
     params = [t for group in optimizer.param_groups for t in group["params"]]
-    losses = []
-    for step in range(steps):
-        for group in optimizer.param_groups if lr else ():
-            group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
-        idx, labels = sample_batch(tokens, batch_size, w["pos_emb"].shape[0], g)
-        loss = loss_fn(forward_fn(w, idx, n_head), labels)
-        for action in order:
-            if action == "zero":
-                optimizer.zero_grad(set_to_none=True)
-            elif action == "clip":
-                torch.nn.utils.clip_grad_norm_(params, clip)
-            else:
-                loss.backward() if action == "backward" else optimizer.step()
-        losses.append(loss.item())
-    return losses
+    loss_of = lambda idx, labels: loss_fn(forward_fn(w, idx, n_head), labels)  # noqa: E731
+    return _steps(loss_of, params, w["pos_emb"].shape[0], optimizer, tokens, steps, batch_size,
+                  max_lr, warmup, clip, seed, **slip)  # fmt: skip
 
 
 # fmt: off
 LOOP_MISTAKES = [
     ("the gradients are never zeroed: each step's gradient is added to all the earlier ones, so "
-     "from step 1 on every update is pushed by old batches", dict(order=("backward", "clip", "step"))),
+     "from step 1 on every update is pushed by old batches", partial(_loop, order="bcs")),
     ("the gradients were not clipped before the step: your updates are those of a run with no "
-     "clipping, larger whenever the global norm is above clip", dict(order=("zero", "backward", "step"))),
+     "clipping, larger whenever the global norm is above clip", partial(_loop, order="zbs")),
     ("the step comes before backward: each update uses the previous step's gradient (none at "
-     "step 0), one batch late", dict(order=("step", "zero", "backward", "clip"))),
+     "step 0), one batch late", partial(_loop, order="szbc")),
     ("the learning rate is never set: every step uses the optimizer's starting rate, with no "
-     "warmup and no decay", dict(lr=False)),
+     "warmup and no decay", partial(_loop, lr=None)),
 ]
 # fmt: on
 
 
-def _trained(train_fn: Callable, forward_fn: Callable, loss_fn: Callable, **switches) -> Callable:
+def _trained(train_fn: Callable, forward_fn: Callable, loss_fn: Callable, w, tokens, seed) -> tuple:
     """train_fn run on trainable copies of w: (the losses in float64, the final weights)."""
-
-    def run(w, tokens, seed):
-        w = trainable(w)
-        opt = gpt_optimizer(w, lr=TRAIN[2])
-        losses = train_fn(forward_fn, loss_fn, w, opt, tokens, *TRAIN, seed, _H, **switches)
-        return torch.tensor([float(x) for x in losses], dtype=torch.float64), w
-
-    return run
+    w = trainable(w)
+    opt = gpt_optimizer(w, lr=TRAIN[2])
+    losses = train_fn(forward_fn, loss_fn, w, opt, tokens, *TRAIN, seed, _H)
+    return torch.tensor([float(x) for x in losses], dtype=torch.float64), w
 
 
 def _bound(forward_fn):
@@ -286,9 +271,9 @@ def check_gpt_train(fn: Callable, forward_fn: Callable | None = None, loss_fn=No
     """`train_gpt` training `forward_fn` with `loss_fn` (the references' when None) for 6 steps on
     float64 random weights, beside the reference loop and forward: the losses and final weights."""
     forward_fn, loss_fn = forward_fn or reference_forward, loss_fn or reference.lm_loss
-    ref = _trained(train_gpt, reference_forward, reference.lm_loss)
-    wrong = [(hint, _trained(_loop, forward_fn, loss_fn, **s)) for hint, s in LOOP_MISTAKES]
-    user = _trained(fn, forward_fn, loss_fn)
+    ref = partial(_trained, train_gpt, reference_forward, reference.lm_loss)
+    wrong = [(hint, partial(_trained, slip, forward_fn, loss_fn)) for hint, slip in LOOP_MISTAKES]
+    user = partial(_trained, fn, forward_fn, loss_fn)
     result = compare("train_gpt", user, ref, _train_inputs, wrong, atol=1e-8, rtol=1e-6, grads=False)  # fmt: skip
     if result or "values differ" not in result.message:
         return result
@@ -315,16 +300,11 @@ CROP = "the context grew longer than the T rows of the position table"
 CROP_HINTS = [("must match the size", CROP), ("out of bounds", CROP)]
 
 
-def _drawn(sampler: Callable, how: Callable | None = None) -> Callable:
+def _drawn(sampler: Callable, w, n_head, bos, temperature, top_k) -> torch.Tensor:
     """sampler run with the reference forward, seed 5: 6 names of up to 12 tokens, -1 after each."""
-
-    def run(w, n_head, bos, temperature, top_k):
-        g = torch.Generator().manual_seed(5)
-        args = (reference_forward, w, n_head, bos, 6, g, temperature, top_k, 12)
-        names = how(sampler, *args) if how else sampler(*args)
-        return torch.tensor([int(t) for name in names for t in [*name, -1]])
-
-    return run
+    g = torch.Generator().manual_seed(5)
+    names = sampler(reference_forward, w, n_head, bos, 6, g, temperature, top_k, 12)
+    return torch.tensor([int(t) for name in names for t in [*name, -1]])
 
 
 def _sample_inputs(g: torch.Generator) -> tuple:
@@ -337,9 +317,9 @@ def _sample_inputs(g: torch.Generator) -> tuple:
 def check_gpt_sample(fn: Callable) -> CheckResult:
     """`sample_names` with the reference forward and the trained microgpt (float64) at three
     settings of temperature and top_k, from equal generators."""
-    wrong = [(hint, _drawn(sample_names, how)) for hint, how in SAMPLE_MISTAKES]
-    return compare("sample_names", _drawn(fn), _drawn(sample_names), _sample_inputs, wrong,
-                   error_hints=CROP_HINTS, grads=False)  # fmt: skip
+    wrong = [(hint, partial(_drawn, partial(how, sample_names))) for hint, how in SAMPLE_MISTAKES]
+    return compare("sample_names", partial(_drawn, fn), partial(_drawn, sample_names),
+                   _sample_inputs, wrong, error_hints=CROP_HINTS, grads=False)  # fmt: skip
 
 
 # --- The cache
@@ -401,18 +381,14 @@ FORWARD_CACHED_MISTAKES = [
 FORWARD_CACHED_SCHEDULES = ((4, 1, 1, 1), (2, 3, 1, 1), (7,))  # a prefill, then pieces
 
 
-def _fed(fn: Callable, pieces) -> Callable:
+def _fed(fn: Callable, pieces, w, idx, n_head, schedule) -> tuple:
     """fn fed the ids by the trial's schedule from an empty cache: (every call's logits, cache)."""
-
-    def run(w, idx, n_head, schedule):
-        cache, outs, at = [], [], 0
-        with torch.no_grad():
-            for n in schedule:
-                outs.append(fn(w, idx[:, at : at + n], cache, n_head, pieces))
-                at += n
-        return outs, cache
-
-    return run
+    cache, outs, at = [], [], 0
+    with torch.no_grad():
+        for n in schedule:
+            outs.append(fn(w, idx[:, at : at + n], cache, n_head, pieces))
+            at += n
+    return outs, cache
 
 
 def _fed_inputs(g: torch.Generator) -> tuple:
@@ -423,6 +399,6 @@ def _fed_inputs(g: torch.Generator) -> tuple:
 @solved_by(forward_cached)
 def check_gpt_forward_cached(fn: Callable, pieces=None) -> CheckResult:
     """`forward_cached` (2 blocks) fed 7 ids, a prefill then pieces: every call's logits, cache."""
-    wrong = [(hint, _fed(slip, reference)) for hint, slip in FORWARD_CACHED_MISTAKES]
-    return compare("forward_cached", _fed(fn, pieces or reference), _fed(forward_cached, reference),
-                   _fed_inputs, wrong, grads=False)  # fmt: skip
+    wrong = [(hint, partial(_fed, slip, reference)) for hint, slip in FORWARD_CACHED_MISTAKES]
+    user, ref = partial(_fed, fn, pieces or reference), partial(_fed, forward_cached, reference)
+    return compare("forward_cached", user, ref, _fed_inputs, wrong, grads=False)

@@ -24,6 +24,8 @@ import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from gptlib.exercises.table import EXERCISES
+
 __all__: list[str] = []  # used as a module: `from gptlib.exercises import yours`
 
 ENV = "GPTLIB_YOURS"
@@ -78,14 +80,14 @@ def _loaded_names(source: str) -> list[str]:
     return list(seen)
 
 
-def _is_literal(value: object) -> bool:
+def is_literal(value: object) -> bool:
     if isinstance(value, (bool, int, float, str, type(None))):
         try:
             return ast.literal_eval(repr(value)) == value
         except (ValueError, SyntaxError):  # inf, nan
             return False
     if isinstance(value, tuple):
-        return all(_is_literal(v) for v in value)
+        return all(is_literal(v) for v in value)
     return False
 
 
@@ -127,7 +129,7 @@ def module_source(name: str, fn: types.FunctionType, notebook: str = "") -> str:
                 helpers[ref] = helpers.pop(ref)  # after what it needs
             elif (line := _import_line(ref, value)) is not None:
                 imports.setdefault(line)
-            elif _is_literal(value):
+            elif is_literal(value):
                 constants[ref] = f"{ref} = {value!r}"
             elif value is not f:
                 missing[ref] = type(value).__name__
@@ -175,9 +177,9 @@ def save(name: str, fn: types.FunctionType, notebook: str = "") -> Path | None:
 # --- reading a piece --------------------------------------------------------------------------
 
 
-def load(name: str) -> tuple[Callable | None, str]:
-    """(your function, "") from `yourgpt/<name>.py`, or (None, why not)."""
-    path = folder() / f"{name}.py"
+def load(name: str, where: Path | None = None) -> tuple[Callable | None, str]:
+    """(your function, "") from `<name>.py` in `where` (default `folder()`), or (None, why not)."""
+    path = (where or folder()) / f"{name}.py"
     if not path.is_file():
         return None, "not solved yet"
     spec = importlib.util.spec_from_file_location(f"{PACKAGE}.{name}", path)
@@ -194,12 +196,10 @@ def load(name: str) -> tuple[Callable | None, str]:
 
 
 def _notebook_of(name: str) -> str:
-    from gptlib.exercises.table import EXERCISES
-
     return next((e.notebook for e in EXERCISES if e.check == f"check_{name}"), "")
 
 
-def use(check: Callable, stand_in: Callable | None = None, quiet: bool = False) -> Callable:
+def use(check: Callable, stand_in: Callable | None = None) -> Callable:
     """Your function for `check`'s exercise when it is saved and passes `check` again; else
     `stand_in` (default: the course's reference solution). Prints one line saying which."""
     name = exercise_name(check)
@@ -208,8 +208,7 @@ def use(check: Callable, stand_in: Callable | None = None, quiet: bool = False) 
         with not_saving():
             result = check(fn)
         if result:
-            if not quiet:
-                print(f"{name}: yours, from {PACKAGE}/{name}.py")
+            print(f"{name}: yours, from {PACKAGE}/{name}.py")
             return fn
         first = str(getattr(result, "message", result)).splitlines()[0]
         why = f"yours does not pass its check now: {first}"
@@ -221,6 +220,5 @@ def use(check: Callable, stand_in: Callable | None = None, quiet: bool = False) 
     else:
         shown = getattr(stand_in, "__qualname__", getattr(stand_in, "__name__", "it"))
         whose = f"{shown} stands in"
-    if not quiet:
-        print(f"{name}: {whose} ({why})")
+    print(f"{name}: {whose} ({why})")
     return stand_in

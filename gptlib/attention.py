@@ -1,7 +1,9 @@
 """Causal multi-head self-attention with one fused q/k/v projection.
 
-Two paths compute the same thing. `manual` writes out softmax(Q K^T / sqrt(d_h) + mask) V and can
-keep the weights for plotting; `sdpa` calls PyTorch's fused kernel.
+Two paths side by side compute the same thing, as in nanoGPT: `sdpa` (the default) calls
+PyTorch's fused kernel, and `manual` writes out softmax(Q K^T / sqrt(d_h) + mask) V. The manual
+path hands its softmax weights to `attn_drop`, so a forward pre-hook there sees them: that is how
+`GPT.attention_maps` and `shapes.shape_table` read them.
 
 Notebook 04 (multi head) teaches this module.
 """
@@ -32,12 +34,10 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # mixes the heads
         self.attn_drop = nn.Dropout(cfg.dropout)
         self.resid_drop = nn.Dropout(cfg.dropout)
-        # True above the diagonal = a future position, filled with -inf before the softmax.
+        # True above the diagonal = a future position, hidden: its score becomes -inf.
         # A buffer moves with .to(device) and is not a parameter; not saved in checkpoints.
         future = torch.triu(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool), 1)
         self.register_buffer("future", future, persistent=False)
-        self.keep_weights = False  # set by GPT.attention_maps
-        self.weights: torch.Tensor | None = None  # [B, h, n, n_keys] when kept
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         B, n, _ = t.shape
@@ -47,26 +47,24 @@ class CausalSelfAttention(nn.Module):
         B, n, d = x.shape  # [B, n, d]
         q, k, v = self.qkv(x).split(d, dim=2)  # each [B, n, d]
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # [B, h, n, d_h]
-        past = 0
+        past = cache.length if cache is not None else 0
         if cache is not None:
-            past = cache.length
             k, v = cache.update(self.layer_idx, k, v)  # [B, h, past + n, d_h]
         # The n new queries sit at positions past..past+n-1 and may see keys 0..their own.
-        if self.use_sdpa and not self.keep_weights:
+        hidden = self.future[past : past + n, : past + n]  # [n, past + n], True = hidden
+        if self.use_sdpa:
+            # sdpa's boolean mask means the opposite (True = may attend), so it gets ~hidden.
+            # With nothing cached is_causal=True makes that mask itself; a single new query
+            # (n == 1) sees every key, so it needs none.
+            mask = ~hidden if past and n > 1 else None
             drop = self.dropout if self.training else 0.0
-            if past == 0:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
-            elif n == 1:  # one new query sees every cached key: nothing to mask
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)
-            else:
-                visible = ~self.future[past : past + n, : past + n]
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=drop)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=drop, is_causal=not past
+            )
         else:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, h, n, past + n]
-            scores = scores.masked_fill(self.future[past : past + n, : past + n], float("-inf"))
+            scores = scores.masked_fill(hidden, float("-inf"))
             weights = scores.softmax(dim=-1)  # each row sums to 1 over the keys
-            if self.keep_weights:
-                self.weights = weights.detach()
             y = self.attn_drop(weights) @ v  # [B, h, n, d_h]
         y = y.transpose(1, 2).contiguous().view(B, n, d)  # heads side by side again: [B, n, d]
         return self.resid_drop(self.proj(y))

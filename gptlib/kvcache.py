@@ -22,7 +22,8 @@ from gptlib.config import GPTConfig
 class KVCache:
     """Per layer, keys and values of shape [B, h, n, d_h] for the n positions seen so far.
 
-    Storage is allocated once at full size [B, h, T, d_h] and filled from the left; `length` is n.
+    Storage is allocated once at full size [B, h, T, d_h] and filled from the left; `length` is n,
+    moved on by `update` once the last layer has written.
 
     Taught in notebook 13 (kv cache).
     """
@@ -43,10 +44,18 @@ class KVCache:
         self.length = 0
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Write the new positions' k, v ([B, h, n_new, d_h]) after the cached ones and return all
-        keys and values so far, [B, h, length + n_new, d_h]. `length` itself moves on only when
-        the model calls `advance` after the last layer."""
+        """Write the new positions' k, v ([B, h, n_new, d_h]) of `layer` after the cached ones and
+        return that layer's keys and values so far, [B, h, length + n_new, d_h].
+
+        Every layer calls it once per forward pass, in order, with the same n_new. `length`
+        moves on by n_new when the last layer (n_layer - 1) has written: the layers before it
+        all see the same `length`, the cached positions, and no one else advances the cache."""
         start, n_new = self.length, k.shape[2]
+        if not 0 <= layer < self.cfg.n_layer:
+            raise ValueError(
+                f"layer {layer} is not in this cache: it holds layers 0..{self.cfg.n_layer - 1}; "
+                "pass the index of the layer that computed k and v"
+            )
         if start + n_new > self.capacity:
             raise ValueError(
                 f"KV cache holds {start} positions and cannot take {n_new} more: its capacity is "
@@ -56,10 +65,9 @@ class KVCache:
             raise ValueError(f"cache was made for batch {self.batch_size}, got batch {k.shape[0]}")
         self._k[layer][:, :, start : start + n_new] = k
         self._v[layer][:, :, start : start + n_new] = v
+        if layer == self.cfg.n_layer - 1:
+            self.length += n_new  # every layer has written these positions
         return self._k[layer][:, :, : start + n_new], self._v[layer][:, :, : start + n_new]
-
-    def advance(self, n_new: int) -> None:
-        self.length += n_new
 
     def reset(self) -> None:
         self.length = 0

@@ -4,6 +4,9 @@ Notebook 14 (your gpt) teaches this module."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -81,7 +84,8 @@ class GPT(nn.Module):
 
         The loss compares the prediction at position t with labels[t + 1]: idx and labels may be
         the same window. Labels equal to -100 are ignored. With a `cache`, idx holds only the new
-        positions, which follow the `cache.length` positions already stored.
+        positions, which follow the `cache.length` positions already stored. Ids outside
+        0..vocab_size-1 are refused with a ValueError when idx is on the CPU (see below).
         """
         if idx.dim() != 2:
             raise ValueError(f"idx must be [B, n] token ids, got shape {tuple(idx.shape)}")
@@ -95,22 +99,24 @@ class GPT(nn.Module):
                 f"{T} rows; crop the input to its last {T} tokens (idx[:, -{T}:]) or use a "
                 "config with a larger block_size"
             )
-        # Checked on the way in (no cache, or a prefill); decode steps feed back the model's own
-        # samples, and the check would cost a device sync per generated token on a GPU.
-        # Under torch.compile the check would break the graph (a Python int from a tensor).
-        checked = n and not past and not torch.compiler.is_compiling()
-        if checked and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
-            raise ValueError(
-                f"token ids must lie in 0..{self.cfg.vocab_size - 1} (vocab_size), got ids from "
-                f"{int(idx.min())} to {int(idx.max())}; was the text encoded with this model's "
-                "tokenizer?"
-            )
+        # Token ids are checked only where that costs nothing: CPU tensors, on the way in (no
+        # cache, or a prefill; decode steps feed back the model's own samples). On a GPU,
+        # int(idx.min()) would make the host wait for the device at every training step, so
+        # there the check is left to where the ids are made: the tokenizer refuses characters
+        # outside its vocabulary (encode, encode_tensor). Under torch.compile the check would
+        # break the graph (a Python int from a tensor).
+        checked = n and not past and idx.device.type == "cpu"
+        if checked and not torch.compiler.is_compiling():
+            low, high = int(idx.min()), int(idx.max())
+            if low < 0 or high >= self.cfg.vocab_size:
+                raise ValueError(
+                    f"token ids must lie in 0..{self.cfg.vocab_size - 1} (vocab_size), got ids "
+                    f"from {low} to {high}; was the text encoded with this model's tokenizer?"
+                )
         pos = torch.arange(past, past + n, device=idx.device)  # [n]
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # [B, n, d] + [n, d] -> [B, n, d]
         for block in self.blocks:
-            x = block(x, cache)  # [B, n, d] throughout
-        if cache is not None:
-            cache.advance(n)
+            x = block(x, cache)  # [B, n, d] throughout; the last layer moves cache.length on
         logits = self.lm_head(self.ln_f(x))  # [B, n, V]
         loss = None if labels is None else self.loss(logits, labels)
         return logits, loss
@@ -137,16 +143,41 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> torch.Tensor:
-        """Every layer's attention weights from one forward pass: [L, B, h, n, n]."""
-        attns = [block.attn for block in self.blocks]
-        for a in attns:
-            a.keep_weights = True
-        try:
+        """Every layer's attention weights from one forward pass: [L, B, h, n, n].
+
+        The pass runs the readable attention path and the weights are caught on their way into
+        each layer's `attn_drop` (see `attention_weights`)."""
+        with attention_weights(self) as weights:
             self(idx)
-            return torch.stack([a.weights for a in attns])
-        finally:
-            for a in attns:
-                a.keep_weights, a.weights = False, None
+        return torch.stack(weights)
+
+
+@contextmanager
+def attention_weights(model: GPT) -> Iterator[list[torch.Tensor]]:
+    """While on, every attention layer of `model` runs its readable path (`use_sdpa` off), and
+    the list it yields receives each layer's softmax weights [B, h, n, n_keys], in the order the
+    layers compute them. A forward pre-hook on the layer's `attn_drop`, which the readable path
+    calls with the weights, catches them. On exit the hooks are removed and each layer's path is
+    put back.
+
+    Not taught in a notebook: how `GPT.attention_maps` and `shapes.shape_table` see the weights.
+    """
+    attns = [block.attn for block in model.blocks]
+    fused = [a.use_sdpa for a in attns]
+    weights: list[torch.Tensor] = []
+    handles = [
+        a.attn_drop.register_forward_pre_hook(lambda m, args: weights.append(args[0].detach()))
+        for a in attns
+    ]
+    try:
+        for a in attns:
+            a.use_sdpa = False
+        yield weights
+    finally:
+        for a, was in zip(attns, fused, strict=True):
+            a.use_sdpa = was
+        for h in handles:
+            h.remove()
 
 
 def parameter_formula(cfg: GPTConfig) -> int:

@@ -6,8 +6,9 @@ records what actually flows. With labels, the loss's rows are the `F.cross_entro
 `GPT.loss` really makes, watched while it runs (a torch function mode); the textbook's way of
 writing the same loss can be shown beside it. The few tensors that live only inside the
 attention's `forward` (the per-head q, k, v, the scores, the weights) are rebuilt from hooked
-values with the module's own `split_heads`, its kept weights (`keep_weights`) and its mask
-buffer, and are checked against what the module really produced.
+values with the module's own `split_heads` and its mask buffer, and are checked against what the
+module really produced: the softmax weights its readable path hands to `attn_drop` (caught by a
+forward pre-hook) and the input of its output projection.
 
 Letters are assigned from the config (T, V, d, h, d_h, L, 3d, 4d) and from the batch shape
 (B, n): each size is matched with the letters of that size. When two letters have the same size
@@ -228,7 +229,8 @@ def shape_table(
     """Run `model(idx, labels)` once and list every tensor on the way, in the order computed.
 
     Columns: step | tensor | shape | symbolic | dtype | elements. The pass runs in eval mode
-    (dropout off, so the kept attention weights are the ones applied) and without gradients.
+    (dropout off, so the attention weights seen are the ones applied), on the attention's
+    readable path, and without gradients.
     With labels, the loss's rows are the real call: the logits `GPT.loss` receives, and the
     input, the target and the result of the `F.cross_entropy` call it makes, observed while it
     runs (how many targets it ignores included). `textbook_loss=True` adds, under the step
@@ -327,20 +329,21 @@ def _hook_block(rec: _Recorder, block, layer: int) -> None:
 
 
 def _run_once(model: GPT, idx, labels, rec: _Recorder):
-    """`model(idx, labels)` in eval mode with the manual attention's weights kept and the loss's
-    call observed; hooks, kept weights, the loss and the mode are put back afterwards."""
+    """`model(idx, labels)` in eval mode on the readable attention path and with the loss's call
+    observed; hooks, the attention path, the loss and the mode are put back afterwards."""
     attns = [block.attn for block in model.blocks]
+    fused = [a.use_sdpa for a in attns]
     was_training = model.training
     model.eval()
     for a in attns:
-        a.keep_weights = True  # the manual path, which keeps its softmax weights
+        a.use_sdpa = False  # the readable path, which hands its softmax weights to attn_drop
     try:
         with _observed_loss(model, lambda *seen: _loss_rows(rec, *seen)):
             return model(idx, labels)
     finally:
         rec.remove()
-        for a in attns:
-            a.keep_weights, a.weights = False, None
+        for a, was in zip(attns, fused, strict=True):
+            a.use_sdpa = was
         model.train(was_training)
 
 
@@ -434,10 +437,11 @@ def _check(ok: bool, what: str) -> None:
 def _hook_attention(rec: _Recorder, attn, step: str) -> None:
     """Rows for the inside of one CausalSelfAttention, from its own pieces.
 
-    Hooks see qkv's output and proj's input. In between, the module splits the heads, scores,
+    Hooks see qkv's output, attn_drop's input (the softmax weights of the readable path, which
+    `_run_once` selects) and proj's input. In between, the module splits the heads, scores,
     masks and takes the softmax; those tensors are rebuilt from qkv's output with the module's
-    own `split_heads` and `future` buffer, and checked against the weights the module kept and
-    against what proj received."""
+    own `split_heads` and `future` buffer, and checked against the weights attn_drop received
+    and against what proj received."""
     add, before, after, n = rec.add, rec.before, rec.after, rec.n
     state = {}
 
@@ -455,11 +459,11 @@ def _hook_attention(rec: _Recorder, attn, step: str) -> None:
     def on_proj_input(y_merged):
         mask = attn.future[:n, :n]  # a slice of the [T, T] buffer
         add(step, "future[:n, :n] (True = masked)", mask, ("n", "n"))
-        weights = attn.weights  # kept by the module during this very pass
+        weights = state["weights"]  # what the module computed during this very pass
         again = state["scores"].masked_fill(mask, float("-inf")).softmax(dim=-1)
         _check(
             torch.allclose(again, weights, atol=1e-6),
-            "softmax of the masked scores is not the kept weights",
+            "softmax of the masked scores is not the weights the attention computed",
         )
         add(step, "weights = softmax(masked scores)", weights, ("B", "h", "n", "n"))
         y = weights @ state["v"]
@@ -473,6 +477,7 @@ def _hook_attention(rec: _Recorder, attn, step: str) -> None:
         add(step, "heads side by side (view)", y_merged, ("B", "n", "d"))
 
     after(attn.qkv, on_qkv)
+    before(attn.attn_drop, lambda weights: state.update(weights=weights))
     before(attn.proj, on_proj_input)
     after(attn, lambda x, out: add(step, "attn(x) = proj(...)", out, ("B", "n", "d")))
 

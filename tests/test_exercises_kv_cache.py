@@ -67,7 +67,6 @@ def _step_with(attend, position):
                 y = attend(q, k, v, cache, i)
                 x = block.ln1(x + a.proj(y.transpose(1, 2).reshape(B, 1, d)))
                 x = block.ln2(x + block.mlp(x))
-            cache.advance(1)
             return model.lm_head(model.ln_f(x))
 
     return step

@@ -9,6 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from gptlib.config import microgpt, textbook
 from gptlib.generate import generate, pick_next
 from gptlib.kvcache import KVCache, forward_flops, memory_bytes
+from gptlib.model import attention_weights
 
 ATTENTIONS = ["manual", "sdpa"]
 
@@ -50,8 +51,29 @@ def test_memory_bytes_examples():
     assert memory_bytes(12, 1, 12, 1024, 64, 4) == 75_497_472 == 72 * 2**20
     assert memory_bytes(12, 1, 12, 1024, 64, 2) == 36 * 2**20
     cache = KVCache(textbook(), 3, dtype=torch.float16)
-    cache.advance(10)
+    k = torch.zeros(3, 4, 10, 32, dtype=torch.float16)
+    for layer in range(4):
+        cache.update(layer, k, k)
     assert cache.nbytes == memory_bytes(4, 3, 4, 10, 32, 2)
+
+
+def test_update_moves_the_length_on_when_the_last_layer_has_written():
+    cfg = textbook(n_layer=3)
+    cache = KVCache(cfg, 2)
+    k = torch.randn(2, cfg.n_head, 5, cfg.head_dim)
+    for layer in range(3):
+        assert cache.length == 0  # until the last layer has written, no position is finished
+        keys, values = cache.update(layer, k, 2 * k)
+        assert keys.shape == (2, cfg.n_head, 5, cfg.head_dim) and torch.equal(values, 2 * k)
+    assert cache.length == 5
+    one = torch.randn(2, cfg.n_head, 1, cfg.head_dim)
+    for layer in range(3):
+        keys, _ = cache.update(layer, one, one)
+        assert keys.shape[2] == 6 and cache.length == (6 if layer == 2 else 5)
+        torch.testing.assert_close(keys, torch.cat([k, one], dim=2), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"layer 3 is not in this cache: it holds layers 0\.\.2"):
+        cache.update(3, one, one)
+    assert cache.length == 6 and not hasattr(cache, "advance")
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
@@ -142,15 +164,9 @@ def test_attention_weights_with_a_cache_are_rows_of_the_full_map(small_textbook)
     full = model.attention_maps(idx)  # [L, B, h, n, n]
     cache = KVCache(cfg, 1)
     model(idx[:, :6], cache=cache)
-    attns = [b.attn for b in model.blocks]
-    for a in attns:
-        a.keep_weights = True
-    try:
+    with attention_weights(model) as seen:
         model(idx[:, 6:], cache=cache)
-        step = torch.stack([a.weights for a in attns])  # [L, B, h, 1, 7]: one query, 7 keys
-    finally:
-        for a in attns:
-            a.keep_weights, a.weights = False, None
+    step = torch.stack(seen)  # [L, B, h, 1, 7]: one query, 7 keys
     assert step.shape == (cfg.n_layer, 1, cfg.n_head, 1, 7)
     torch.testing.assert_close(step[..., 0, :], full[..., -1, :], atol=1e-5, rtol=1e-5)
 

@@ -7,6 +7,7 @@ from builders import random_ids
 
 from gptlib.attention import CausalSelfAttention
 from gptlib.config import microgpt, textbook
+from gptlib.kvcache import KVCache
 from gptlib.model import GPT, parameter_formula
 from gptlib.norms import LayerNorm, RMSNorm
 from gptlib.train import make_optimizer
@@ -78,7 +79,78 @@ def test_attention_weights_are_causal_rows_summing_to_one(small_textbook):
     assert maps.shape == (L, 2, h, n, n)
     torch.testing.assert_close(maps.sum(-1), torch.ones(L, 2, h, n))
     assert maps.triu(1).abs().max() == 0
-    assert all(not b.attn.keep_weights and b.attn.weights is None for b in model.blocks)
+    assert all(b.attn.use_sdpa for b in model.blocks)  # the fused path is back after the pass
+    for m in model.modules():
+        assert not m._forward_hooks and not m._forward_pre_hooks
+
+
+def test_attention_maps_of_the_fused_model_are_the_readable_paths_weights(small_textbook):
+    """attention_maps runs the readable path for its pass, whichever path the model uses, and
+    its maps are the weights that path multiplies with v."""
+    torch.manual_seed(0)
+    fused = GPT(small_textbook.replace(attention="sdpa")).eval()
+    readable = GPT(small_textbook.replace(attention="manual")).eval()
+    readable.load_state_dict(fused.state_dict())
+    idx = _ids(small_textbook, B=2, n=9)
+    maps = fused.attention_maps(idx)
+    assert maps.shape == (small_textbook.n_layer, 2, small_textbook.n_head, 9, 9)
+    assert torch.equal(maps, readable.attention_maps(idx))
+    attn = readable.blocks[0].attn
+    with torch.no_grad():
+        x = readable.drop(readable.tok_emb(idx) + readable.pos_emb(torch.arange(9)))
+        h = x if readable.cfg.norm_placement == "post" else readable.blocks[0].ln1(x)
+        _, _, v = (attn.split_heads(t) for t in attn.qkv(h).split(small_textbook.n_embd, dim=2))
+        y = (maps[0] @ v).transpose(1, 2).reshape(2, 9, -1)
+        torch.testing.assert_close(attn.proj(y), attn(h), atol=1e-6, rtol=1e-5)
+    assert fused.blocks[0].attn.use_sdpa and not attn.use_sdpa  # each model's own path kept
+
+
+def test_attention_maps_restore_the_path_after_an_error(small_textbook):
+    model = GPT(small_textbook)
+    with pytest.raises(ValueError, match="exceeds block_size"):
+        model.attention_maps(torch.zeros(1, small_textbook.block_size + 1, dtype=torch.long))
+    assert all(b.attn.use_sdpa for b in model.blocks)
+    for m in model.modules():
+        assert not m._forward_pre_hooks
+
+
+def _fused_step(cfg, past, n, seed=0):
+    """One sdpa attention layer after `past` cached positions, fed n new ones: its output, and
+    the new queries and every key and value (from the cache) it attended with."""
+    torch.manual_seed(seed)
+    attn = CausalSelfAttention(cfg.replace(attention="sdpa")).eval()
+    cache = KVCache(cfg, 2)
+    x = torch.randn(2, past + n, cfg.n_embd)
+    with torch.no_grad():
+        if past:
+            attn(x[:, :past], cache)
+        out = attn(x[:, past:], cache)
+        q = attn.split_heads(attn.qkv(x[:, past:]).split(cfg.n_embd, dim=2)[0])
+    assert cache.length == past + n
+    return attn, out, q, cache.keys(0), cache.values(0)
+
+
+@pytest.mark.parametrize("past, n", [(0, 1), (0, 6), (5, 1), (5, 3)])
+def test_the_fused_path_is_one_sdpa_call_with_the_mask_it_needs(past, n):
+    """Nothing cached: is_causal=True; one new query: no mask; a prefill after cached
+    positions: the buffer's rows past..past+n-1, inverted (sdpa's True means "may attend")."""
+    cfg = textbook(block_size=12, n_layer=1, n_embd=32, n_head=4)
+    attn, out, q, k, v = _fused_step(cfg, past, n)
+    if past == 0:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    elif n == 1:
+        y = F.scaled_dot_product_attention(q, k, v)
+    else:
+        allowed = ~attn.future[past : past + n, : past + n]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    with torch.no_grad():
+        expected = attn.proj(y.transpose(1, 2).reshape(2, n, cfg.n_embd))
+    assert torch.equal(out, expected)  # bit for bit: the very call, not a near one
+    if past and n > 1:  # the mask is needed: without it the new queries would see their future
+        with torch.no_grad():
+            unmasked = F.scaled_dot_product_attention(q, k, v)
+            unmasked = attn.proj(unmasked.transpose(1, 2).reshape(2, n, cfg.n_embd))
+        assert not torch.allclose(out, unmasked)
 
 
 def test_rmsnorm_equals_torch():
@@ -197,6 +269,17 @@ def test_bad_inputs_are_rejected(small_textbook):
         model(torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="labels must have the shape"):
         model(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_token_ids_off_the_cpu_are_not_read_back(small_textbook):
+    """On another device the ids are not checked: reading idx.min() back would make the host wait
+    for the device at every step. A meta tensor has no values to read, so any read would raise;
+    the same out-of-range ids on the CPU are refused (test_bad_inputs_are_rejected)."""
+    model = GPT(small_textbook).to("meta")
+    idx = torch.full((2, 5), small_textbook.vocab_size + 3, dtype=torch.long, device="meta")
+    logits, loss = model(idx, idx)  # a training step's forward: no value is read back
+    assert logits.device.type == "meta" and logits.shape == (2, 5, small_textbook.vocab_size)
+    assert loss is not None and loss.device.type == "meta"
 
 
 @pytest.mark.parametrize("placement", ["pre", "post"])

@@ -144,7 +144,7 @@ def test_every_layer_appears_in_order_and_the_model_is_left_untouched(textbook_m
     for m in model.modules():
         assert not m._forward_hooks and not m._forward_pre_hooks
     assert "loss" not in vars(model)  # the watch on GPT.loss is gone: the class's own again
-    assert all(not b.attn.keep_weights and b.attn.weights is None for b in model.blocks)
+    assert all(b.attn.use_sdpa for b in model.blocks)  # the fused path is back
     assert model.training  # a fresh GPT trains; the table's eval-mode pass restored that
 
 

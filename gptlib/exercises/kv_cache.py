@@ -19,7 +19,8 @@ __all__ = ["check_decode_step", "solution_decode_step"]
 
 
 def solution_decode_step(model: GPT, idx_new: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    """idx_new [B, 1], cache holding `past` positions -> logits [B, 1, V]; the cache gains one."""
+    """idx_new [B, 1], cache holding `past` positions -> logits [B, 1, V]; the cache gains one
+    (`cache.update` moves its length on when the last layer has written)."""
     past = cache.length  # the new token sits at position `past`
     B, d = idx_new.size(0), model.cfg.n_embd
     with torch.no_grad():
@@ -34,7 +35,6 @@ def solution_decode_step(model: GPT, idx_new: torch.Tensor, cache: KVCache) -> t
             y = attn.proj(y.transpose(1, 2).reshape(B, 1, d))  # heads side by side, then mixed
             x = block.ln1(x + y)  # post-norm: each norm follows its residual add
             x = block.ln2(x + block.mlp(x))
-        cache.advance(1)  # once, after the last layer wrote position `past`
         return model.lm_head(model.ln_f(x))  # [B, 1, V]
 
 
@@ -45,8 +45,7 @@ def _on_a_copy(fn, model, idx_new, cache):
     return logits, torch.tensor(mine.length), torch.stack(mine._k), torch.stack(mine._v)
 
 
-def _decode(model, idx_new, cache, *, row0=False, append=True, causal=False, advance="once",
-            pre_norm=False):  # fmt: skip
+def _decode(model, idx_new, cache, *, row0=False, append=True, causal=False, pre_norm=False):
     """A decode step with one switch flipped (none: the reference)."""
     past, B, d = cache.length, idx_new.size(0), model.cfg.n_embd
     x = model.tok_emb(idx_new) + model.pos_emb.weight[0 if row0 else past]
@@ -55,12 +54,10 @@ def _decode(model, idx_new, cache, *, row0=False, append=True, causal=False, adv
         h = block.ln1(x) if pre_norm else x
         q, k, v = (a.split_heads(t) for t in a.qkv(h).split(d, dim=2))
         k, v = cache.update(layer, k, v) if append else (cache.keys(layer), cache.values(layer))
-        cache.advance(int(advance == "per_layer"))
         y = a.proj(F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2)
                    .reshape(B, 1, d))  # fmt: skip
         x = x + y if pre_norm else block.ln1(x + y)
         x = x + block.mlp(block.ln2(x)) if pre_norm else block.ln2(x + block.mlp(x))
-    cache.advance(int(advance == "once"))
     return model.lm_head(model.ln_f(x))
 
 
@@ -71,10 +68,6 @@ DECODE_MISTAKES = [
      "value are missing from the attention and from the cache", partial(_decode, append=False)),
     ("a causal mask on the single new query (is_causal=True, or the mask's first row) leaves it "
      "only the first key, though every cached key lies in its past", partial(_decode, causal=True)),
-    ("the cache was advanced once per layer, so later layers wrote at the wrong position",
-     partial(_decode, advance="per_layer")),
-    ("the logits are right but the cache was not advanced (cache.length stays past), so the next "
-     "step would overwrite this position", partial(_decode, advance="never")),
     ("the blocks were run pre-norm (x + attn(ln1(x))), where the `textbook` preset is post-norm: "
      "each norm follows its residual addition", partial(_decode, pre_norm=True)),
 ]  # fmt: skip

@@ -202,3 +202,22 @@ def test_a_non_finite_loss_leaves_weights_and_optimiser_alone():
     assert (e.value.step, e.value.what) == (7, "loss")
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights, strict=True))
     assert str(opt.state_dict()) == str(state)
+
+
+@pytest.mark.parametrize("which", ["tokens", "val_tokens"])
+@pytest.mark.parametrize("bad", [-1, 11])
+def test_train_checks_the_ids_once_before_any_step(which, bad):
+    """ids outside 0..V-1 are refused before the first step, naming the tensor and the range,
+    so the model's weights are untouched (GPT.forward checks ids on CPU tensors only)."""
+    torch.manual_seed(0)
+    model = GPT(_tiny(11))
+    before = [p.detach().clone() for p in model.parameters()]
+    good = torch.randint(0, 11, (200,))
+    broken = good.clone()
+    broken[50] = bad
+    kwargs = {"tokens": good, "val_tokens": good, which: broken}
+    tokens = kwargs.pop("tokens")
+    with pytest.raises(ValueError, match=rf"{which} must hold ids in 0\.\.10") as err:
+        train(model, tokens, 3, 4, **kwargs)
+    assert str(bad) in str(err.value)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))

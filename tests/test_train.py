@@ -109,9 +109,11 @@ def test_non_finite_loss_stops_with_step_and_advice():
 
 
 def test_all_ignored_batch_is_an_error_not_a_nan():
-    tokens = torch.full((200,), -100)
-    with pytest.raises(ValueError, match=r"every label in the batch is ignored"):
-        train(GPT(_tiny(20)), tokens, 3, 2)
+    model = GPT(_tiny(20))
+    idx = torch.randint(0, 20, (2, 16))
+    labels = torch.full((2, 16), -100)  # a batch of padding only
+    with pytest.raises(ValueError, match=r"step 4: every label in the batch is ignored"):
+        train_step(model, make_optimizer(model, 1e-3), idx, labels, 1e-3, step=4)
 
 
 def test_keyboard_interrupt_keeps_the_history():

@@ -201,15 +201,18 @@ def train_step(
     return loss.item(), float(norm)
 
 
-def _check_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> None:
-    if ids is None or ids.numel() == 0:
-        return
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= vocab_size:
-        raise ValueError(
-            f"{name} must hold ids in 0..{vocab_size - 1} (the model's vocab_size), got ids from "
-            f"{low} to {high}; was the text encoded with this model's tokenizer?"
-        )
+def _check_ids(vocab_size: int, **tensors: torch.Tensor | None) -> None:
+    """Refuse ids outside 0..vocab_size-1, once per run: GPT.forward checks them on CPU only,
+    where the check costs no host sync."""
+    for name, ids in tensors.items():
+        if ids is None or ids.numel() == 0:
+            continue
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{name} must hold ids in 0..{vocab_size - 1} (the model's vocab_size), got ids "
+                f"from {low} to {high}; was the text encoded with this model's tokenizer?"
+            )
 
 
 def train(
@@ -252,10 +255,7 @@ def train(
             f"training corpus has {tokens.numel()} tokens; block_size={block} needs at least "
             f"{block + 1}: use a longer text or a smaller block_size"
         )
-    # The ids are checked here, once per run: GPT.forward checks them on CPU only, where the
-    # check costs no host sync.
-    for name, ids in (("tokens", tokens), ("val_tokens", val_tokens)):
-        _check_ids(name, ids, model.cfg.vocab_size)
+    _check_ids(model.cfg.vocab_size, tokens=tokens, val_tokens=val_tokens)
     opt = optimizer or make_optimizer(model, max_lr, weight_decay)
     g = torch.Generator().manual_seed(seed)  # one generator, made once: every step's windows
     hist = History(clip=clip)

@@ -779,14 +779,12 @@ NOTEBOOK_NOTES: dict[str, str] = {
 }
 
 
-def plot_model_diagram(notebook: str | None = None, highlight: Sequence[str] = ()) -> Figure:
-    """The GPT of this course as a stack of boxes, bottom (text) to top (next token), each box
-    labelled with what it computes and the notebook that teaches it. `notebook` ("03") highlights
-    what that notebook builds ("you are here"); `highlight` names boxes (keys of DIAGRAM_PARTS)
-    to highlight instead. The block (norm → attention → residual → norm → MLP → residual) is
-    framed and marked × L: it repeats.
+# Where the boxes sit, in data units of the diagram's axes (x from 0 to 10, one row per box).
+_DIAGRAM_LEFT, _DIAGRAM_WIDTH, _DIAGRAM_BOX_HEIGHT = 1.2, 5.6, 0.66
 
-    Taught in notebook 00 (data and tokens)."""
+
+def _diagram_highlight(notebook: str | None, highlight: Sequence[str]) -> Sequence[str]:
+    """The boxes to highlight: those `notebook` builds, else `highlight`, each a known part."""
     if notebook is not None:
         if notebook not in NOTEBOOK_PARTS:
             raise ValueError(
@@ -799,26 +797,29 @@ def plot_model_diagram(notebook: str | None = None, highlight: Sequence[str] = (
             f"unknown part(s) {', '.join(map(repr, unknown))}; the parts are "
             f"{', '.join(DIAGRAM_PARTS)}"
         )
-    # One row per box, bottom to top; the loss (training) and sampling (generation) share the
-    # top row: both read the logits.
+    return highlight
+
+
+def _diagram_rows() -> tuple[list[str], dict[str, tuple[int, float, float]]]:
+    """The keys with a row of their own, bottom to top, and where each box sits: key -> (row,
+    x from, x to) as shares of the width. The loss (training) and sampling (generation) share
+    the top row: both read the logits."""
     keys = [k for k in DIAGRAM_PARTS if k != "generation"]
-    rows = {k: (i, 0.0, 1.0) for i, k in enumerate(keys)}  # key -> (row, x from, x to) in width
+    rows = {k: (i, 0.0, 1.0) for i, k in enumerate(keys)}
     top = len(keys) - 1
     rows["loss"] = (top, 0.0, 0.49)
     rows["generation"] = (top, 0.51, 1.0)
-    fig = plt.figure(figsize=(6.4, 5.6))
-    plt.close(fig)
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.set_xlim(0, 10)
-    ax.set_ylim(-0.6, len(keys) + 0.9)
-    ax.axis("off")
-    x0, width, height = 1.2, 5.6, 0.66
-    block = [keys.index("norm1"), keys.index("residual2")]
+    return keys, rows
+
+
+def _draw_block_frame(ax: Axes, first: int, last: int) -> None:
+    """The dashed frame around the rows of one transformer block, marked × L: it repeats."""
+    x0, width, height = _DIAGRAM_LEFT, _DIAGRAM_WIDTH, _DIAGRAM_BOX_HEIGHT
     ax.add_patch(
         plt.Rectangle(
-            (x0 - 0.25, block[0] - 0.12),
+            (x0 - 0.25, first - 0.12),
             width + 0.5,
-            block[1] - block[0] + height + 0.24,
+            last - first + height + 0.24,
             fill=False,
             linestyle="--",
             edgecolor="0.45",
@@ -827,45 +828,57 @@ def plot_model_diagram(notebook: str | None = None, highlight: Sequence[str] = (
     )
     ax.text(
         x0 + width + 0.35,
-        (block[0] + block[1] + height) / 2,
+        (first + last + height) / 2,
         "block\n× L",
         va="center",
         fontsize=9,
         color="0.3",
     )
-    for key, (label, where) in DIAGRAM_PARTS.items():
-        i, a, b = rows[key]
-        on = key in highlight
-        left, w = x0 + a * width, (b - a) * width
-        ax.add_patch(
-            plt.Rectangle(
-                (left, i),
-                w,
-                height,
-                facecolor=HIGHLIGHT if on else "0.93",
-                edgecolor="0.2" if on else "0.6",
-                linewidth=1.6 if on else 0.8,
-            )
+
+
+def _draw_part(
+    ax: Axes, key: str, row: tuple[int, float, float], on: bool, arrow_from_below: bool
+) -> None:
+    """One box of the diagram: what it computes, the notebook that teaches it (bottom right),
+    orange and bold when `on`, and an arrow into it from the row below."""
+    label, where = DIAGRAM_PARTS[key]
+    x0, width, height = _DIAGRAM_LEFT, _DIAGRAM_WIDTH, _DIAGRAM_BOX_HEIGHT
+    i, a, b = row
+    left, w = x0 + a * width, (b - a) * width
+    ax.add_patch(
+        plt.Rectangle(
+            (left, i),
+            w,
+            height,
+            facecolor=HIGHLIGHT if on else "0.93",
+            edgecolor="0.2" if on else "0.6",
+            linewidth=1.6 if on else 0.8,
         )
-        ax.text(
-            left + 0.12,
-            i + height / 2,
-            label,
-            va="center",
-            fontsize=9,
-            fontweight="bold" if on else "normal",
-            gid=f"part:{key}",
-            wrap=True,
+    )
+    ax.text(
+        left + 0.12,
+        i + height / 2,
+        label,
+        va="center",
+        fontsize=9,
+        fontweight="bold" if on else "normal",
+        gid=f"part:{key}",
+        wrap=True,
+    )
+    ax.text(left + w - 0.1, i + 0.12, where, va="bottom", ha="right", fontsize=7, color="0.35")
+    if arrow_from_below:
+        ax.annotate(
+            "",
+            (x0 + width / 2, i),
+            (x0 + width / 2, i - 1 + height),
+            arrowprops={"arrowstyle": "->", "color": "0.4", "lw": 0.8},
         )
-        ax.text(left + w - 0.1, i + 0.12, where, va="bottom", ha="right", fontsize=7, color="0.35")
-        if i and key != "generation":
-            ax.annotate(
-                "",
-                (x0 + width / 2, i),
-                (x0 + width / 2, i - 1 + height),
-                arrowprops={"arrowstyle": "->", "color": "0.4", "lw": 0.8},
-            )
-    for a, b in (("embeddings", "residual1"), ("residual1", "residual2")):  # the residual path
+
+
+def _draw_residual_stream(ax: Axes, keys: list[str]) -> None:
+    """The residual path on the left, in green: from the embeddings past each + residual."""
+    x0, height = _DIAGRAM_LEFT, _DIAGRAM_BOX_HEIGHT
+    for a, b in (("embeddings", "residual1"), ("residual1", "residual2")):
         ia, ib = keys.index(a), keys.index(b)
         xr = x0 - 0.6
         ax.plot(
@@ -884,11 +897,41 @@ def plot_model_diagram(notebook: str | None = None, highlight: Sequence[str] = (
         fontsize=8,
         color="tab:green",
     )
+
+
+def _draw_diagram_captions(ax: Axes, rows: int, notebook: str | None) -> None:
+    """The title above the boxes (naming `notebook`, if given) and its note below them."""
     title = "The GPT of this course"
     if notebook is not None:
         title += f": notebook {notebook} (highlighted)"
-    ax.text(5, len(keys) + 0.45, title, ha="center", fontsize=11)
+    ax.text(5, rows + 0.45, title, ha="center", fontsize=11)
     note = NOTEBOOK_NOTES.get(notebook or "")
     if note:
         ax.text(5, -0.4, note, ha="center", fontsize=9, style="italic", color="0.25")
+
+
+def plot_model_diagram(notebook: str | None = None, highlight: Sequence[str] = ()) -> Figure:
+    """The GPT of this course as a stack of boxes, bottom (text) to top (next token), each box
+    labelled with what it computes and the notebook that teaches it. `notebook` ("03") highlights
+    what that notebook builds ("you are here"); `highlight` names boxes (keys of DIAGRAM_PARTS)
+    to highlight instead. The block (norm → attention → residual → norm → MLP → residual) is
+    framed and marked × L: it repeats.
+
+    Taught in notebook 00 (data and tokens)."""
+    highlight = _diagram_highlight(notebook, highlight)
+    keys, rows = _diagram_rows()
+    fig = plt.figure(figsize=(6.4, 5.6))
+    plt.close(fig)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.6, len(keys) + 0.9)
+    ax.axis("off")
+    _draw_block_frame(ax, keys.index("norm1"), keys.index("residual2"))
+    for key in DIAGRAM_PARTS:
+        row = rows[key][0]
+        # One arrow into every row but the bottom one: the top row's two boxes share it.
+        arrow = row > 0 and key != "generation"
+        _draw_part(ax, key, rows[key], on=key in highlight, arrow_from_below=arrow)
+    _draw_residual_stream(ax, keys)
+    _draw_diagram_captions(ax, len(keys), notebook)
     return fig

@@ -19,6 +19,7 @@ from IPython.display import display
 
 from gptlib import viz
 from gptlib.checkpoint import Checkpoint, load_checkpoint
+from gptlib.config import GPTConfig
 from gptlib.generate import generate, next_token_probs, sample_documents
 from gptlib.model import GPT
 from gptlib.tokenizer import CharTokenizer
@@ -84,6 +85,47 @@ def _samples(
     return texts
 
 
+def _temperature_controls(vocab_size: int) -> W.VBox:
+    """The explorer's box: a temperature slider (0 to 2) and a top-k slider (0 = off, up to the
+    vocabulary) above the plot and the samples, each an attribute of the box."""
+    temperature = W.FloatSlider(
+        value=1.0,
+        min=0.0,
+        max=2.0,
+        step=0.05,
+        description="temperature",
+        readout_format=".2f",
+        style=_WIDE,
+    )
+    top_k = W.IntSlider(
+        value=0, min=0, max=vocab_size, step=1, description="top-k (0=off)", style=_WIDE
+    )
+    plot_output, samples_output = W.Output(), W.Output()
+    box = W.VBox([W.HBox([temperature, top_k]), plot_output, samples_output])
+    # CSS classes name the parts on the page (for styling, and for the browser tests).
+    box.add_class("gptlib-temperature-explorer")
+    plot_output.add_class("gptlib-probs")
+    samples_output.add_class("gptlib-samples")
+    box.temperature, box.top_k = temperature, top_k
+    box.plot_output, box.samples_output = plot_output, samples_output
+    return box
+
+
+def _draw_temperature(
+    box: W.VBox, context: str, symbols: list[str], seed: int, t: float, k: int | None
+) -> None:
+    """Show `box.probs` as bars (the greedy choice in orange) and `box.samples` as a line."""
+    kept = f", top-{k}" if k else ""
+    title = f"After {context!r}: next-token probabilities{kept}"
+    top = int(box.probs.argmax())
+    box.figure = viz.plot_next_token_probs(box.probs, symbols, title, temperature=t, highlight=top)
+    _show(box.plot_output, box.figure)
+    mode = "greedy (argmax), no randomness" if t == 0 else f"temperature {t:.2f}{kept}"
+    header = f"{len(box.samples)} samples, seed {seed}, {mode}:"
+    box.samples_text = header + "\n" + "  ".join(box.samples)
+    _show(box.samples_output, box.samples_text)
+
+
 def temperature_explorer(
     model: GPT,
     tokenizer: CharTokenizer,
@@ -104,45 +146,16 @@ def temperature_explorer(
     if not ids:
         raise ValueError("the context is empty: give at least one character (e.g. the BOS '.')")
     logits = _last_logits(model, ids)  # the context is fixed, so this is computed once
-    V = logits.numel()
-    symbols = list(tokenizer.itos)
-
-    temperature = W.FloatSlider(
-        value=1.0,
-        min=0.0,
-        max=2.0,
-        step=0.05,
-        description="temperature",
-        readout_format=".2f",
-        style=_WIDE,
-    )
-    top_k = W.IntSlider(value=0, min=0, max=V, step=1, description="top-k (0=off)", style=_WIDE)
-    plot_output, samples_output = W.Output(), W.Output()
-    box = W.VBox([W.HBox([temperature, top_k]), plot_output, samples_output])
-    # CSS classes name the parts on the page (for styling, and for the browser tests).
-    box.add_class("gptlib-temperature-explorer")
-    plot_output.add_class("gptlib-probs")
-    samples_output.add_class("gptlib-samples")
-    box.temperature, box.top_k = temperature, top_k
-    box.plot_output, box.samples_output = plot_output, samples_output
+    box = _temperature_controls(logits.numel())
 
     def update(_change=None) -> None:
-        t, k = float(temperature.value), int(top_k.value) or None
+        t, k = float(box.temperature.value), int(box.top_k.value) or None
         box.probs = next_token_probs(logits, temperature=t, top_k=k)  # [V]; t == 0: one-hot
         box.samples = _samples(model, tokenizer, ids, num_samples, max_len, t, k, seed)
-        kept = f", top-{k}" if k else ""
-        title = f"After {tokenizer.decode(ids)!r}: next-token probabilities{kept}"
-        top = int(box.probs.argmax())  # the greedy choice, in orange
-        box.figure = viz.plot_next_token_probs(
-            box.probs, symbols, title, temperature=t, highlight=top
-        )
-        _show(plot_output, box.figure)
-        mode = "greedy (argmax), no randomness" if t == 0 else f"temperature {t:.2f}{kept}"
-        box.samples_text = f"{num_samples} samples, seed {seed}, {mode}:\n" + "  ".join(box.samples)
-        _show(samples_output, box.samples_text)
+        _draw_temperature(box, tokenizer.decode(ids), list(tokenizer.itos), seed, t, k)
 
-    temperature.observe(update, names="value")
-    top_k.observe(update, names="value")
+    box.temperature.observe(update, names="value")
+    box.top_k.observe(update, names="value")
     update()
     return box
 
@@ -167,6 +180,120 @@ def _maps(ckpt: Checkpoint, ids: list[int]) -> torch.Tensor:
     """Every layer's attention for one context: [L, h, n, n]."""
     idx = torch.tensor([ids], dtype=torch.long, device=ckpt.model.lm_head.weight.device)
     return ckpt.model.attention_maps(idx)[:, 0].cpu()  # [L, B=1, h, n, n] -> [L, h, n, n]
+
+
+def _heads_controls(counts: list[int], context: str) -> W.VBox:
+    """The explorer's box: a heads slider over the head counts (set at 4 where there is such a
+    model) and the context's text field, above the caption, the maps and a legend. Every result
+    attribute starts as None."""
+    heads = W.SelectionSlider(
+        options=[(str(h), h) for h in counts],
+        value=4 if 4 in counts else counts[0],
+        description="heads",
+        style=_WIDE,
+    )
+    text = W.Text(value=context, description="context", style=_WIDE)
+    caption = W.HTML()
+    maps_box = W.Box(layout=W.Layout(display="flex", flex_flow="row wrap"))
+    legend = W.HTML(
+        "<small>Each picture is one head: row = the token looking (query), column = the token "
+        "looked at (key); colour from 0 (dark) to 1 (yellow); white = the masked future.</small>"
+    )
+    box = W.VBox([W.HBox([heads, text]), caption, maps_box, legend])
+    box.add_class("gptlib-heads-explorer")  # CSS classes name the parts on the page
+    caption.add_class("gptlib-head-caption")
+    maps_box.add_class("gptlib-head-maps")
+    box.heads, box.context, box.caption, box.maps_box = heads, text, caption, maps_box
+    box.map_images = []
+    box.maps = box.tokens = box.error = None
+    box.layer = box.head = box.textbook_output = None
+    box.textbook_maps = box.textbook_weights = box.textbook_tokens = None
+    return box
+
+
+def _add_textbook_pickers(box: W.VBox, cfg: GPTConfig) -> None:
+    """Below the maps: layer and head sliders for the `textbook`-preset model, and its map."""
+    box.layer = W.IntSlider(value=0, min=0, max=cfg.n_layer - 1, description="layer")
+    box.head = W.IntSlider(value=0, min=0, max=cfg.n_head - 1, description="head")
+    box.textbook_output = W.Output()
+    box.children = [
+        *box.children,
+        W.HTML("<b>textbook preset</b>"),
+        W.HBox([box.layer, box.head]),
+        box.textbook_output,
+    ]
+
+
+def _read_typed_context(box: W.VBox, ckpt: Checkpoint) -> tuple[list[int], list[str]] | None:
+    """The typed context's ids and tokens for this model, or None with the reason in box.error."""
+    try:
+        ids = _context_ids(ckpt.tokenizer, box.context.value, ckpt.config.block_size)
+    except ValueError as e:
+        box.error = str(e)
+        return None
+    return ids, [ckpt.tokenizer.itos[i] for i in ids]
+
+
+def _map_images(maps: torch.Tensor, tokens: list[str], n_head: int) -> list[W.Image]:
+    """One PNG per (layer, head) of maps [L, h, n, n], titled by its head (and layer, if L > 1)
+    and named on the page by the CSS class gptlib-layer-<l>-head-<j>."""
+    L = maps.shape[0]
+    images = []
+    for layer in range(L):
+        for head in range(n_head):
+            name = f"layer {layer}, head {head}"
+            fig = viz.plot_attention_panel(
+                maps[layer, head], tokens, name if L > 1 else f"head {head}"
+            )
+            image = W.Image(value=viz.figure_png(fig), format="png", layout=W.Layout(margin="2px"))
+            # A class names the map on the page. (Not a tooltip: ipywidgets 8.1's ImageView
+            # fails to render in JupyterLab when given one.)
+            image.add_class(f"gptlib-layer-{layer}-head-{head}")
+            images.append(image)
+    return images
+
+
+def _replace_map_images(box: W.VBox, images: list[W.Image]) -> None:
+    """Show `images` in the maps area, closing the pictures they replace."""
+    for old in box.map_images:
+        old.close()  # drop the old pictures from the kernel and the page
+    box.map_images = images
+    box.maps_box.children = images
+
+
+def _draw_heads(box: W.VBox, ckpt: Checkpoint, n_head: int) -> None:
+    """The maps of the model with `n_head` heads for the typed context, and a caption counting
+    them; or, for a context it cannot read, no maps and a caption saying why."""
+    got = _read_typed_context(box, ckpt)
+    if got is None:
+        box.caption.value = f"Cannot read this context: {html.escape(box.error)}"
+        _replace_map_images(box, [])
+        return
+    box.error = None
+    ids, box.tokens = got
+    box.maps = _maps(ckpt, ids)  # [L, h, n, n]
+    _replace_map_images(box, _map_images(box.maps, box.tokens, n_head))
+    L, h = box.maps.shape[0], n_head
+    context_shown = html.escape(repr("".join(box.tokens)))
+    box.caption.value = (
+        f"<b>{h} head(s)</b> of width d_h = {ckpt.config.head_dim}, context {context_shown}: "
+        f"{L * h} attention map(s) ({L} layer(s) x {h} head(s))"
+    )
+
+
+def _draw_textbook(box: W.VBox, ckpt: Checkpoint) -> None:
+    """The `textbook`-preset model's map at the picked layer and head, for the typed context."""
+    got = _read_typed_context(box, ckpt)
+    if got is None:
+        _show(box.textbook_output, f"Cannot read this context: {box.error}")
+        return
+    ids, box.textbook_tokens = got
+    box.textbook_maps = _maps(ckpt, ids)  # [L, h, n, n]
+    layer, head = int(box.layer.value), int(box.head.value)
+    box.textbook_weights = box.textbook_maps[layer, head]  # [n, n]
+    title = f"textbook preset: layer {layer}, head {head}"
+    box.textbook_figure = viz.plot_attention(box.textbook_weights, box.textbook_tokens, title=title)
+    _show(box.textbook_output, box.textbook_figure)
 
 
 def heads_explorer(
@@ -194,125 +321,28 @@ def heads_explorer(
         raise ValueError("give at least one checkpoint: {head count: path}")
     paths = {int(h): p for h, p in checkpoints.items()}
     loaded: dict[int, Checkpoint] = {}  # loaded on first use, then kept
-
-    def model_with(h: int) -> Checkpoint:
-        if h not in loaded:
-            loaded[h] = load_checkpoint(paths[h])
-        return loaded[h]
-
-    counts = sorted(paths)
-    heads = W.SelectionSlider(
-        options=[(str(h), h) for h in counts],
-        value=4 if 4 in counts else counts[0],
-        description="heads",
-        style=_WIDE,
-    )
-    text = W.Text(value=context, description="context", style=_WIDE)
-    caption = W.HTML()
-    maps_box = W.Box(layout=W.Layout(display="flex", flex_flow="row wrap"))
-    legend = W.HTML(
-        "<small>Each picture is one head: row = the token looking (query), column = the token "
-        "looked at (key); colour from 0 (dark) to 1 (yellow); white = the masked future.</small>"
-    )
-    children = [W.HBox([heads, text]), caption, maps_box, legend]
-    box = W.VBox()
-    box.add_class("gptlib-heads-explorer")  # CSS classes name the parts on the page
-    caption.add_class("gptlib-head-caption")
-    maps_box.add_class("gptlib-head-maps")
-    box.heads, box.context, box.caption, box.maps_box = heads, text, caption, maps_box
-    box.map_images = []
-    box.maps = box.tokens = box.error = None
-    box.layer = box.head = box.textbook_output = None
-    box.textbook_maps = box.textbook_weights = box.textbook_tokens = None
-
-    textbook_ckpt = (
-        load_checkpoint(textbook_checkpoint) if textbook_checkpoint is not None else None
-    )
-    if textbook_ckpt is not None:
-        cfg = textbook_ckpt.config
-        box.layer = W.IntSlider(value=0, min=0, max=cfg.n_layer - 1, description="layer")
-        box.head = W.IntSlider(value=0, min=0, max=cfg.n_head - 1, description="head")
-        box.textbook_output = W.Output()
-        children += [
-            W.HTML("<b>textbook preset</b>"),
-            W.HBox([box.layer, box.head]),
-            box.textbook_output,
-        ]
-    box.children = children
-
-    def read(ckpt: Checkpoint) -> tuple[list[int], list[str]] | None:
-        """The context's ids for this model, or None after showing why it cannot be read."""
-        try:
-            ids = _context_ids(ckpt.tokenizer, text.value, ckpt.config.block_size)
-        except ValueError as e:
-            box.error = str(e)
-            return None
-        return ids, [ckpt.tokenizer.itos[i] for i in ids]
-
-    def show_images(images: list[W.Image]) -> None:
-        for old in box.map_images:
-            old.close()  # drop the old pictures from the kernel and the page
-        box.map_images = images
-        maps_box.children = images
+    box = _heads_controls(sorted(paths), context)
 
     def update_heads(_change=None) -> None:
-        h = int(heads.value)
-        ckpt = model_with(h)
-        got = read(ckpt)
-        if got is None:
-            caption.value = f"Cannot read this context: {html.escape(box.error)}"
-            show_images([])
-            return
-        box.error = None
-        ids, box.tokens = got
-        box.maps = _maps(ckpt, ids)  # [L, h, n, n]
-        L = box.maps.shape[0]
-        images = []
-        for layer in range(L):
-            for head in range(h):
-                name = f"layer {layer}, head {head}"
-                fig = viz.plot_attention_panel(
-                    box.maps[layer, head], box.tokens, name if L > 1 else f"head {head}"
-                )
-                image = W.Image(
-                    value=viz.figure_png(fig), format="png", layout=W.Layout(margin="2px")
-                )
-                # A class names the map on the page. (Not a tooltip: ipywidgets 8.1's ImageView
-                # fails to render in JupyterLab when given one.)
-                image.add_class(f"gptlib-layer-{layer}-head-{head}")
-                images.append(image)
-        show_images(images)
-        context_shown = html.escape(repr("".join(box.tokens)))
-        caption.value = (
-            f"<b>{h} head(s)</b> of width d_h = {ckpt.config.head_dim}, context {context_shown}: "
-            f"{L * h} attention map(s) ({L} layer(s) x {h} head(s))"
-        )
+        h = int(box.heads.value)
+        if h not in loaded:
+            loaded[h] = load_checkpoint(paths[h])
+        _draw_heads(box, loaded[h], h)
 
-    def update_textbook(_change=None) -> None:
-        if textbook_ckpt is None:
-            return
-        got = read(textbook_ckpt)
-        if got is None:
-            _show(box.textbook_output, f"Cannot read this context: {box.error}")
-            return
-        ids, box.textbook_tokens = got
-        box.textbook_maps = _maps(textbook_ckpt, ids)  # [L, h, n, n]
-        layer, head = int(box.layer.value), int(box.head.value)
-        box.textbook_weights = box.textbook_maps[layer, head]  # [n, n]
-        title = f"textbook preset: layer {layer}, head {head}"
-        box.textbook_figure = viz.plot_attention(
-            box.textbook_weights, box.textbook_tokens, title=title
-        )
-        _show(box.textbook_output, box.textbook_figure)
+    box.heads.observe(update_heads, names="value")
+    box.context.observe(update_heads, names="value")
+    if textbook_checkpoint is not None:
+        textbook_ckpt = load_checkpoint(textbook_checkpoint)
+        _add_textbook_pickers(box, textbook_ckpt.config)
 
-    heads.observe(update_heads, names="value")
-    text.observe(update_heads, names="value")
-    if textbook_ckpt is not None:
-        text.observe(update_textbook, names="value")
-        box.layer.observe(update_textbook, names="value")
-        box.head.observe(update_textbook, names="value")
+        def update_textbook(_change=None) -> None:
+            _draw_textbook(box, textbook_ckpt)
+
+        for control in (box.context, box.layer, box.head):
+            control.observe(update_textbook, names="value")
     update_heads()
-    update_textbook()
+    if textbook_checkpoint is not None:
+        update_textbook()
     return box
 
 

@@ -2,6 +2,7 @@
 
 import ast
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -485,3 +486,69 @@ def test_model_diagram_refuses_unknown_parts():
         viz.plot_model_diagram("99")
     with pytest.raises(ValueError, match="unknown part\\(s\\) 'softmax'; the parts are data"):
         viz.plot_model_diagram(highlight=["softmax"])
+
+
+def test_model_diagram_draws_its_frame_arrows_and_residual_stream():
+    fig = viz.plot_model_diagram("10")
+    ax = fig.axes[0]
+    rows = len(viz.DIAGRAM_PARTS) - 1  # the loss and the sampling share the top row
+    assert [p.get_linestyle() for p in ax.patches].count("--") == 1  # the block's frame
+    assert len(ax.patches) == 1 + len(viz.DIAGRAM_PARTS)
+    arrows = [t for t in ax.texts if getattr(t, "arrow_patch", None) is not None]
+    assert len(arrows) == rows - 1  # one into every row but the bottom one
+    assert [to_hex(line.get_color()) for line in ax.lines] == [to_hex("tab:green")] * 2
+    texts = [t.get_text() for t in ax.texts]
+    assert "block\n× L" in texts and "residual\nstream" in texts
+    assert viz.NOTEBOOK_NOTES["10"] in texts  # the note below the boxes
+
+
+# A library function longer than this says why in its docstring, with the word "long".
+MAX_FUNCTION_LINES = 60
+
+
+def unexplained_long_functions(source: str) -> list[str]:
+    """Every function in `source` over MAX_FUNCTION_LINES lines (from `def` to its last line)
+    whose docstring does not contain the word "long": as 'name (line L, N lines)'."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = node.end_lineno - node.lineno + 1
+            explained = re.search(r"\blong\b", ast.get_docstring(node) or "", re.IGNORECASE)
+            if lines > MAX_FUNCTION_LINES and not explained:
+                found.append(f"{node.name} (line {node.lineno}, {lines} lines)")
+    return found
+
+
+def test_the_length_check_finds_a_long_function():
+    def function(lines: int, doc: str) -> str:
+        body = "".join(f"    x{i} = {i}\n" for i in range(lines - 2))
+        return f"def f():\n    {doc!r}\n{body}"
+
+    assert unexplained_long_functions(function(60, "Sixty lines.")) == []
+    assert unexplained_long_functions(function(61, "Sixty-one lines.")) == ["f (line 1, 61 lines)"]
+    nested = "def outer():\n" + "".join(
+        "    " + line + "\n" for line in function(61, "").split("\n")
+    )
+    assert unexplained_long_functions(nested) == [
+        "outer (line 1, 62 lines)",
+        "f (line 2, 61 lines)",
+    ]
+    explained = "Long: one table of cases, read top to bottom; split, it reads worse."
+    assert unexplained_long_functions(function(61, explained)) == []
+
+
+def test_no_library_function_is_long_without_a_reason():
+    """Outside gptlib/exercises/, every function of gptlib/ fits in 60 lines, or its docstring
+    says why it is long."""
+    package = Path(viz.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package.parent)
+        if relative.parts[1] == "exercises":
+            continue
+        found += [f"{relative}: {f}" for f in unexplained_long_functions(path.read_text())]
+    assert not found, (
+        f"functions over {MAX_FUNCTION_LINES} lines with no reason in their docstring: "
+        f"{'; '.join(found)}. Split each where a reader would (its parts become helpers with "
+        "names that say what they do), or say in its docstring why it is long."
+    )

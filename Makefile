@@ -25,9 +25,11 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 # The tang300 corpus comes from Debian's fortunes-zh package; installed like Chromium below.
+# One file per worker: a module's fixtures (notebook 14 executed solved) are built once, not on
+# both workers.
 unit: install
 	bash tests/install_fortunes_zh.sh
-	$(ONE_THREAD) MPLBACKEND=Agg $(PY) -m pytest -q -n 2 tests --ignore=tests/browser
+	$(ONE_THREAD) MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadfile tests --ignore=tests/browser
 
 # Stored outputs are made and compared under an arithmetic that does not depend on the CPU
 # (scalar ATen kernels, MKL's compatible path: identical on every x86-64 machine); `nbval-native`

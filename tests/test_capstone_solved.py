@@ -24,6 +24,7 @@ import gptlib.exercises as ex
 from gptlib.exercises.progress import EXERCISES
 
 NOTEBOOK = next((Path(__file__).parent.parent / "notebooks").glob("14_*.ipynb"))
+PROJECTS = "# Part 6 · Optional projects"  # the heading after the ladder
 # The pieces of notebooks 01-09 the capstone takes from the reader's package, by saved name.
 BROUGHT = {ex.yours.exercise_name(c): c for c in ex.your_gpt.PIECE_CHECKS.values()}
 DETACHED_NORM = """def rmsnorm(x, gain, eps=1e-5):
@@ -83,19 +84,19 @@ def _keep(folder: Path, name: str, source: str) -> None:
     (folder / f"{name}.py").write_text(header + source)
 
 
-def _run(changed: dict[str, str], until: str | None = None, brought: dict | None = None):
+def _run(changed: dict[str, str], until: str = PROJECTS, brought: dict | None = None):
     """The notebook with every stub solved (`changed` replacing some solutions), executed with a
-    package of the reader's own holding the earlier notebooks' pieces (`brought` replacing some);
-    with `until`, only up to the first cell holding that text."""
+    package of the reader's own holding the earlier notebooks' pieces (`brought` replacing some),
+    up to the first cell holding `until` (by default the optional projects: open-ended, with no
+    check, they run in the stored notebook, with the course's pieces standing in)."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for e in EXERCISES:
         if e.notebook == "14" and hasattr(ex, e.check):
             check = getattr(ex, e.check)
             name = _checked_name(nb.cells, e.check)
             _fill(nb.cells, name, changed.get(name) or solution_source(check, name))
-    if until is not None:
-        last = next(i for i, c in enumerate(nb.cells) if until in c.source)
-        nb.cells = nb.cells[: last + 1]
+    last = next(i for i, c in enumerate(nb.cells) if until in c.source)
+    nb.cells = nb.cells[: last + 1]
     before = os.environ.get("GPTLIB_YOURS")
     folder = Path(tempfile.mkdtemp(prefix="yourgpt-solved-"))
     for name, check in BROUGHT.items():

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from gptlib.config import GPTConfig
-from gptlib.model import GPT, IGNORE_INDEX
+from gptlib.model import GPT, IGNORE_INDEX, attention_weights
 
 # ---------------------------------------------------------------------------------------------
 # A small table that prints as text and renders as HTML in Jupyter
@@ -245,19 +245,21 @@ def shape_table(
     rec.add("input", "idx", idx, ("B", "n"))
     if labels is not None:
         rec.add("input", "labels (the same window; shifted inside the loss)", labels, ("B", "n"))
-    _hook_embedding(rec, model)
-    for layer, block in enumerate(model.blocks):
-        _hook_attention(rec, block.attn, f"block {layer} attention")
-        _hook_block(rec, block, layer)
-    rec.after(model.ln_f, lambda i, out: rec.add("output", "ln_f(x)", out, ("B", "n", "d")))
     captured = {}
 
     def on_logits(i, out):
         captured["logits"] = out
         rec.add("output", "logits = lm_head(ln_f(x))", out, ("B", "n", "V"))
 
-    rec.after(model.lm_head, on_logits)
-    _, loss = _run_once(model, idx, labels, rec)
+    # The readable attention path, whose softmax weights land in `weights` as each layer runs.
+    with attention_weights(model) as weights:
+        _hook_embedding(rec, model)
+        for layer, block in enumerate(model.blocks):
+            _hook_attention(rec, block.attn, f"block {layer} attention", weights)
+            _hook_block(rec, block, layer)
+        rec.after(model.ln_f, lambda i, out: rec.add("output", "ln_f(x)", out, ("B", "n", "d")))
+        rec.after(model.lm_head, on_logits)
+        _, loss = _run_once(model, idx, labels, rec)
     if textbook_loss:
         _textbook_loss_rows(rec, captured["logits"], labels, loss)
 
@@ -329,21 +331,15 @@ def _hook_block(rec: _Recorder, block, layer: int) -> None:
 
 
 def _run_once(model: GPT, idx, labels, rec: _Recorder):
-    """`model(idx, labels)` in eval mode on the readable attention path and with the loss's call
-    observed; hooks, the attention path, the loss and the mode are put back afterwards."""
-    attns = [block.attn for block in model.blocks]
-    fused = [a.use_sdpa for a in attns]
+    """`model(idx, labels)` in eval mode with the loss's call observed; the hooks, the loss and
+    the mode are put back afterwards."""
     was_training = model.training
     model.eval()
-    for a in attns:
-        a.use_sdpa = False  # the readable path, which hands its softmax weights to attn_drop
     try:
         with _observed_loss(model, lambda *seen: _loss_rows(rec, *seen)):
             return model(idx, labels)
     finally:
         rec.remove()
-        for a, was in zip(attns, fused, strict=True):
-            a.use_sdpa = was
         model.train(was_training)
 
 
@@ -434,11 +430,11 @@ def _check(ok: bool, what: str) -> None:
         raise RuntimeError(f"shape_table: {what}; the model's code and this table disagree")
 
 
-def _hook_attention(rec: _Recorder, attn, step: str) -> None:
+def _hook_attention(rec: _Recorder, attn, step: str, seen: list) -> None:
     """Rows for the inside of one CausalSelfAttention, from its own pieces.
 
-    Hooks see qkv's output, attn_drop's input (the softmax weights of the readable path, which
-    `_run_once` selects) and proj's input. In between, the module splits the heads, scores,
+    Hooks see qkv's output and proj's input; `seen` is the list `attention_weights` fills
+    with the softmax weights of the readable path, this layer's last when proj runs. In between, the module splits the heads, scores,
     masks and takes the softmax; those tensors are rebuilt from qkv's output with the module's
     own `split_heads` and `future` buffer, and checked against the weights attn_drop received
     and against what proj received."""
@@ -459,7 +455,7 @@ def _hook_attention(rec: _Recorder, attn, step: str) -> None:
     def on_proj_input(y_merged):
         mask = attn.future[:n, :n]  # a slice of the [T, T] buffer
         add(step, "future[:n, :n] (True = masked)", mask, ("n", "n"))
-        weights = state["weights"]  # what the module computed during this very pass
+        weights = seen[-1]  # what the module computed during this very pass
         again = state["scores"].masked_fill(mask, float("-inf")).softmax(dim=-1)
         _check(
             torch.allclose(again, weights, atol=1e-6),
@@ -477,7 +473,6 @@ def _hook_attention(rec: _Recorder, attn, step: str) -> None:
         add(step, "heads side by side (view)", y_merged, ("B", "n", "d"))
 
     after(attn.qkv, on_qkv)
-    before(attn.attn_drop, lambda weights: state.update(weights=weights))
     before(attn.proj, on_proj_input)
     after(attn, lambda x, out: add(step, "attn(x) = proj(...)", out, ("B", "n", "d")))
 

@@ -50,12 +50,13 @@ nbval: install
 nbval-native: install
 	PY=$(PY) bash tests/notebook_arithmetic.sh native $(NBVAL_ORDER)
 
-# JupyterLab in headless Chromium: run notebooks 04 and 08 and move their sliders, type a wrong
-# and then a correct exercise body into notebook 03, check the page.
+# JupyterLab in headless Chromium: run notebook 08 and the slider's cells of 04 and move their
+# sliders, type a wrong and then a correct exercise body into notebook 03, check the page; and the
+# website in both editions. Two workers, one test file each at a time.
 # Screenshots (and, on failure, the console and server logs) go to test-artifacts/browser/.
 browser: install
 	bash tests/browser/install_chromium.sh
-	$(ONE_THREAD) $(PY) -m pytest -q tests/browser --durations=0
+	$(ONE_THREAD) $(PY) -m pytest -q -n 2 --dist loadfile tests/browser --durations=0
 
 test: lint unit nbval nbval-native browser
 

@@ -30,6 +30,14 @@ def stored_image_count(notebook: Path) -> int:
     )
 
 
+def code_cell_index(notebook: Path, text: str, first: bool = False) -> int:
+    """The index of the code cell holding `text`: the only one, or with `first` the first."""
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    found = [i for i, c in enumerate(cells) if text in "".join(c["source"])]
+    assert len(found) == 1 or (first and found), f"{text!r} is in code cells {found}"
+    return found[0]
+
+
 def wait_kernel_idle(page: Page, timeout_ms: int = 60_000) -> None:
     """The status bar says "Idle" once the kernel has started (and after it has finished)."""
     expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle", timeout=timeout_ms)
@@ -56,6 +64,13 @@ def run_all_cells(page: Page, code_cells: int) -> None:
         timeout=RUN_ALL_TIMEOUT_MS,
         polling=250,
     )
+    wait_kernel_idle(page)
+
+
+def run_cell(page: Page, cell) -> None:
+    """Click into the cell's editor and press Shift+Enter, as a reader runs one cell."""
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
     wait_kernel_idle(page)
 
 

@@ -2,11 +2,17 @@
 run (the check names the slip on the page), then a correct body (the check passes and keeps it
 in the reader's package), and a later notebook that runs the reader's function."""
 
-import json
 import re
 
 from notebook_ui import NOTEBOOK as IN_FRONT
-from notebook_ui import console_errors, error_outputs, open_notebook, wait_kernel_idle
+from notebook_ui import (
+    code_cell_index,
+    console_errors,
+    error_outputs,
+    open_notebook,
+    run_cell,
+    wait_kernel_idle,
+)
 from playwright.sync_api import expect
 
 from gptlib.exercises import attention
@@ -32,21 +38,6 @@ LATER_CELL = "attend = yours.use(check_causal_attention)"
 USED = "causal_attention: yours, from yourgpt/causal_attention.py"
 
 
-def _code_cell_index(notebook, text: str, first: bool = False) -> int:
-    """The index of the code cell holding `text`: the only one, or with `first` the first."""
-    cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
-    found = [i for i, c in enumerate(cells) if text in "".join(c["source"])]
-    assert len(found) == 1 or (first and found), f"{text!r} is in code cells {found}"
-    return found[0]
-
-
-def _run(page, cell) -> None:
-    """Click into the cell's editor and press Shift+Enter, as a reader runs one cell."""
-    cell.locator(".cm-content").click()
-    page.keyboard.press("Shift+Enter")
-    wait_kernel_idle(page)
-
-
 def _replace_source(page, cell, text: str) -> None:
     """Select everything in the cell's editor and put `text` in its place (inserted as one
     piece, so the editor's auto-indent and bracket closing add nothing)."""
@@ -59,24 +50,24 @@ def test_exercise_stub_then_slip_then_pass(page, lab, artifacts):
     notebook = lab.root / NOTEBOOK
     open_notebook(page, lab.url, NOTEBOOK)
     cells = page.locator(f"{IN_FRONT} .jp-CodeCell")
-    stub = cells.nth(_code_cell_index(notebook, STUB_LINE))
+    stub = cells.nth(code_cell_index(notebook, STUB_LINE))
     output = stub.locator(".jp-OutputArea-output")
 
     # As stored: the stub and the check's one line.
     expect(stub.locator(".cm-content")).to_contain_text("raise NotImplementedError")
     expect(output).to_have_text(not_written("causal_attention").message)
 
-    _run(page, cells.nth(0))  # the imports, as a reader runs the first cell
+    run_cell(page, cells.nth(0))  # the imports, as a reader runs the first cell
 
     # A wrong body: the softmax over the queries. The check names that slip.
     _replace_source(page, stub, BODY.format(dim=-2))
-    _run(page, stub)
+    run_cell(page, stub)
     expect(output).to_contain_text(SOFTMAX_HINT[:60])
     page.screenshot(path=str(artifacts / "slip.png"))
 
     # The correct body: the check passes, and keeps the function in the reader's package.
     _replace_source(page, stub, BODY.format(dim=-1))
-    _run(page, stub)
+    run_cell(page, stub)
     expect(output).to_contain_text(PASSED)
     expect(output).to_contain_text(KEPT)
     page.screenshot(path=str(artifacts / "passed.png"))
@@ -89,7 +80,7 @@ def test_exercise_stub_then_slip_then_pass(page, lab, artifacts):
     later = lab.root / LATER
     open_notebook(page, lab.url, LATER)
     cells = page.locator(f"{IN_FRONT} .jp-CodeCell")
-    index = _code_cell_index(later, LATER_CELL, first=True)  # 04 asks for it twice
+    index = code_cell_index(later, LATER_CELL, first=True)  # 04 asks for it twice
     target = cells.nth(index)
     target.locator(".cm-content").click()
     page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
@@ -104,7 +95,7 @@ def test_exercise_stub_then_slip_then_pass(page, lab, artifacts):
         polling=250,
     )
     wait_kernel_idle(page, timeout_ms=300_000)
-    _run(page, target)
+    run_cell(page, target)
     expect(target.locator(".jp-OutputArea-output").first).to_contain_text(USED)
     page.screenshot(path=str(artifacts / "later-notebook.png"))
     assert error_outputs(page) == []
@@ -152,16 +143,16 @@ def test_capstone_piece_refuses_the_library_names_a_slip_then_passes(
     notebook = lab.root / RMSNORM_NOTEBOOK
     open_notebook(page, lab.url, RMSNORM_NOTEBOOK)
     cells = page.locator(f"{IN_FRONT} .jp-CodeCell")
-    stub = cells.nth(_code_cell_index(notebook, RMSNORM_STUB))
+    stub = cells.nth(code_cell_index(notebook, RMSNORM_STUB))
     output = stub.locator(".jp-OutputArea-output")
     expect(stub.locator(".cm-content")).to_contain_text("raise NotImplementedError")
     expect(output).to_have_text(not_written("rmsnorm").message)
 
-    _run(page, cells.nth(0))  # the imports
+    run_cell(page, cells.nth(0))  # the imports
     for name in ("shortcut", "slip", "right"):
         body = {"shortcut": RMSNORM_SHORTCUT, "slip": RMSNORM_SLIP, "right": RMSNORM_RIGHT}[name]
         _replace_source(page, stub, RMSNORM.format(body=body))
-        _run(page, stub)
+        run_cell(page, stub)
         expect(output).to_contain_text(said[name])
         page.screenshot(path=str(artifacts / f"capstone-{name}.png"))
 

@@ -24,7 +24,7 @@ from gptlib.bpe import (  # noqa: E402
 )
 from gptlib.data import load_names  # noqa: E402
 from gptlib.exercises import check_merge, solution_merge  # noqa: E402
-from gptlib.exercises.checking import show_solution  # noqa: E402
+from gptlib.exercises.checking import not_written, show_solution  # noqa: E402
 
 # tiktoken's spelling of GPT-2's pattern (the contractions grouped); the same pieces.
 TIKTOKEN_GPT2_PATTERN = (
@@ -227,9 +227,7 @@ def test_merge_exercise_check():
     def stub(ids, pair, new_id):
         raise NotImplementedError
 
-    assert check_merge(stub).message == (
-        "merge is not written yet: replace its body and run this cell again"
-    )
+    assert check_merge(stub).message == not_written("merge").message
 
     def first_only(ids, pair, new_id):
         for i in range(len(ids) - 1):
@@ -369,9 +367,7 @@ def test_learn_merges_stub_and_refusal():
     def learn_merges(ids, num_merges, merge):
         raise NotImplementedError
 
-    assert check_learn_merges(learn_merges).message == (
-        "learn_merges is not written yet: replace its body and run this cell again"
-    )
+    assert check_learn_merges(learn_merges).message == not_written("learn_merges").message
 
     def through_the_library(ids, num_merges, merge):
         text = bytes(ids).decode("latin-1")

@@ -220,10 +220,9 @@ def test_the_check_answers_with_the_refusal(name, fn, shown):
 
 
 def test_the_refusal_reads_as_one_line():
-    assert ex.check_causal_attention(_sdpa).message == (
-        "✗ causal_attention: write this one yourself: it calls F.scaled_dot_product_attention, "
-        "which does the whole exercise"
-    )
+    message = ex.check_causal_attention(_sdpa).message
+    assert message.startswith("✗ causal_attention:") and "\n" not in message
+    assert "F.scaled_dot_product_attention" in message  # names the call it found
 
 
 def test_nothing_is_patched_while_a_check_runs():

@@ -83,4 +83,4 @@ def test_dot_T_on_4d_keys_gets_its_hint():
 def test_an_unknown_slip_reports_the_difference_and_a_shape():
     assert "largest difference" in check(_reader(scale=lambda q: 3.0)).message
     message = check(lambda q, k, v: q[..., :1]).message
-    assert message == "✗ causal_attention: output has shape [2, 3, 6, 1], expected [2, 3, 6, 4]"
+    assert "[2, 3, 6, 1]" in message and "[2, 3, 6, 4]" in message  # given and expected shapes

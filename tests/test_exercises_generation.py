@@ -75,10 +75,8 @@ def test_promised_off_by_one_and_ties_written_by_a_reader():
 
 
 def test_filter_unknown_slips_say_how_the_values_differ():
-    assert check_filter(lambda logits, k, p: logits).message == (
-        "✗ filter_logits: values differ from the reference (your output has a finite value "
-        "where the reference has an infinity)"
-    )
+    message = check_filter(lambda logits, k, p: logits).message
+    assert not message.startswith("✓") and "finite" in message and "infinity" in message
 
 
 @pytest.mark.parametrize(

@@ -107,10 +107,10 @@ def test_one_weight_not_transposed_is_named_by_its_shape():
         return t if part == "mlp.c_fc" else _conv1d_weights(part, param, t)
 
     result = ex_gpt2.check_to_gptlib(_reader(forgot_fc))
-    assert result.message == (
-        "✗ to_gptlib: blocks.0.mlp.fc.weight is [8, 32], GPT-2's Conv1D layout, where gptlib's is "
-        "[32, 8] (from transformer.h.0.mlp.c_fc.weight)"
-    )
+    # The symptom: which weight, the shape given (Conv1D's [in, out]), gptlib's, and its source.
+    message = result.message
+    assert not result.passed and "blocks.0.mlp.fc.weight" in message and "Conv1D" in message
+    assert "[8, 32]" in message and "[32, 8]" in message and "transformer.h.0.mlp.c_fc" in message
     assert "transpose" not in result.message  # the symptom, not the fix
 
 

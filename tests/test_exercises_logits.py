@@ -87,6 +87,5 @@ def test_argmax_index_instead_of_one_hot_reports_the_shape():
     def index_at_zero(x, temperature):
         return x.argmax(-1) if temperature == 0 else torch.softmax(x / temperature, dim=-1)
 
-    assert check(index_at_zero).message == (
-        "✗ temperature_probs: output has shape [4], expected [4, 11]"
-    )
+    message = check(index_at_zero).message  # the shape it gave, [B], and the one expected
+    assert message.startswith("✗ temperature_probs:") and "[4]" in message and "[4, 11]" in message

@@ -33,14 +33,15 @@ def test_each_slip_is_named_by_its_row(hint, wrong):
 
 def test_promised_both_activations_relu_only_is_caught():
     message = mlp.check_mlp(lambda x, w_fc, w_proj, act: F.relu(x @ w_fc.T) @ w_proj.T).message
-    assert "ReLU's whatever activation is passed" in message
+    assert message == f"✗ mlp_forward: {mlp.MISTAKES[2][0]}"  # the row of the ReLU-only slip
 
 
 def test_missing_transpose_names_the_layout():
     result = mlp.check_mlp(lambda x, w_fc, w_proj, act: act(x @ w_fc) @ w_proj)
-    assert "cannot be multiplied" in result.message and "[out, in]" in result.message
+    assert not result.passed and mlp.ERRORS[0][1] in result.message  # the layout's row
 
 
 def test_forgotten_second_layer_reports_the_shape():
     result = mlp.check_mlp(lambda x, w_fc, w_proj, act: act(x @ w_fc.T))
-    assert result.message == "✗ mlp_forward: output has shape [2, 5, 32], expected [2, 5, 8]"
+    # The symptom: the shape it gave, [B, n, 4d], and the shape expected, [B, n, d].
+    assert not result.passed and "[2, 5, 32]" in result.message and "[2, 5, 8]" in result.message

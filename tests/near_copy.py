@@ -165,8 +165,12 @@ def closest(notebooks: set[str] | None = None, top: int = 3):
         for names in (False, True) if n >= SHORT else (True,):
             ref = reference_tokens(check, names)
             cells, weight = kinds[names]
+            seen: dict[tuple[str, ...], float] = {}  # the zh edition's code cells are the English
             for nb, i, toks in cells:
-                best[nb, i] = max(best.get((nb, i), 0.0), score(ref, toks, weight))
+                key = tuple(toks)
+                if key not in seen:
+                    seen[key] = score(ref, toks, weight)
+                best[nb, i] = max(best.get((nb, i), 0.0), seen[key])
         scored = sorted(((s, nb, i) for (nb, i), s in best.items()), reverse=True)
         found[e.check] = (n, scored[:top])
     return found

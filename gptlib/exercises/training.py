@@ -43,7 +43,7 @@ def solution_train_loop(model, optimizer, tokens, steps, batch_size, max_lr, war
     return losses
 
 
-def _steps(loss_of, params, T, opt, tokens, steps, batch_size, max_lr, warmup, clip, seed, *,
+def slipped_loop(loss_of, params, T, opt, tokens, steps, batch_size, max_lr, warmup, clip, seed, *,
            order="zbcs", lr="cosine", reseed=False, shift=None, each=False):  # fmt: skip
     """The loop with slips by switch (notebook 14's too): `order` spells zero_grad, backward,
     clip, step; loss_of(idx, labels) is a batch's loss, T its window."""
@@ -70,7 +70,9 @@ def _steps(loss_of, params, T, opt, tokens, steps, batch_size, max_lr, warmup, c
 def _loop(model, opt, *args, train=True, **slips):
     model.train(train or model.training)
     loss_of = lambda idx, labels: model(idx, labels)[1]  # noqa: E731
-    return _steps(loss_of, list(model.parameters()), model.cfg.block_size, opt, *args, **slips)
+    return slipped_loop(
+        loss_of, list(model.parameters()), model.cfg.block_size, opt, *args, **slips
+    )
 
 
 def _run_loop(fn, model, tokens, seed):  # on a copy, its own AdamW: (losses, final weights)

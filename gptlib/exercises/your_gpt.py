@@ -21,7 +21,7 @@ from gptlib.exercises.mlp import check_mlp
 from gptlib.exercises.multi_head import check_merge_heads, check_split_heads
 from gptlib.exercises.norms import check_pre_norm_block, check_rmsnorm
 from gptlib.exercises.qkv import check_qkv_split
-from gptlib.exercises.training import _steps
+from gptlib.exercises.training import slipped_loop
 from gptlib.ladder import gpt_optimizer, gpt_weights, trainable
 from gptlib.train import learning_rate
 
@@ -231,8 +231,8 @@ def _loop(forward_fn, loss_fn, w, optimizer, tokens, steps, batch_size, max_lr, 
     """train_gpt with one slip, by the switches of notebook 10's slipped loop."""
     params = [t for group in optimizer.param_groups for t in group["params"]]
     loss_of = lambda idx, labels: loss_fn(forward_fn(w, idx, n_head), labels)  # noqa: E731
-    return _steps(loss_of, params, w["pos_emb"].shape[0], optimizer, tokens, steps, batch_size,
-                  max_lr, warmup, clip, seed, **slip)  # fmt: skip
+    return slipped_loop(loss_of, params, w["pos_emb"].shape[0], optimizer, tokens, steps,
+                        batch_size, max_lr, warmup, clip, seed, **slip)  # fmt: skip
 
 
 # fmt: off

@@ -100,6 +100,7 @@ benchmark: install
 	$(PY) benchmarks/bpe_speed.py
 	$(PY) benchmarks/gpt2_vs_hf.py
 	$(PY) benchmarks/norm_speed.py
+	$(PY) benchmarks/attention_speed.py
 
 clean:
 	rm -rf $(VENV) runs _site

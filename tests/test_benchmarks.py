@@ -15,6 +15,7 @@ from gptlib.model import GPT, IGNORE_INDEX
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
+import attention_speed  # noqa: E402
 import common  # noqa: E402
 
 
@@ -61,3 +62,20 @@ def test_alternate_reverses_the_order_every_other_round():
     assert calls == ["a", "b", "b", "a", "a", "b"]
     assert times == {"a": [1.0, 1.0, 1.0], "b": [1.0, 1.0, 1.0]}
     assert common.ratios([2.0, 4.0, 3.0], [1.0, 4.0, 2.0]) == (2.0, 1.5)
+
+
+def test_the_two_attention_paths_timed_are_one_computation():
+    """attention_speed times the readable path against F.scaled_dot_product_attention: the same
+    output and the same gradients of q, k and v, in float64 (to rounding)."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    grads = []
+    for path in (attention_speed.manual_attention, attention_speed.sdpa_attention):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = path(*leaves)
+        out.pow(2).sum().backward()
+        grads.append((out.detach(), [t.grad for t in leaves]))
+    (a, ga), (b, gb) = grads
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    for x, y in zip(ga, gb, strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-12)

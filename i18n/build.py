@@ -183,12 +183,16 @@ def translated(path: Path, lang: str, maps: dict[str, dict[str, str]] | None = N
     return nb
 
 
-def build(lang: str = "zh") -> list[Path]:
+def build(lang: str = "zh", number: str | None = None) -> list[Path]:
+    """Write every translated notebook that differs from what its files build (with `number`,
+    only that notebook's); returns the paths written."""
     out_dir = NOTEBOOKS / lang
     out_dir.mkdir(exist_ok=True)
     maps = _anchor_maps(lang)
     written = []
     for path in english_notebooks():
+        if number is not None and not path.name.startswith(f"{number}_"):
+            continue
         if not (translation_path(path, lang)).is_file():
             continue
         target = out_dir / path.name
@@ -300,12 +304,16 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m i18n.build", description=__doc__.split("\n")[0]
     )
     parser.add_argument("command", choices=["build", "check", "template", "mark"])
-    parser.add_argument("number", nargs="?", help="template, mark: the notebook's number, e.g. 05")
+    parser.add_argument(
+        "number",
+        nargs="?",
+        help="build (only that one), template, mark: a notebook's number, e.g. 05",
+    )
     parser.add_argument("cell", nargs="?", help="mark: the id of the cell whose block is updated")
     parser.add_argument("--lang", default="zh", choices=sorted(LANGS))
     args = parser.parse_args(argv)
     if args.command == "build":
-        for path in build(args.lang):
+        for path in build(args.lang, args.number):
             print(f"wrote {path.relative_to(ROOT)}")
         return 0
     if args.command == "mark":

@@ -28,16 +28,20 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 
 import torch
 import torch.nn.functional as F
-from common import alternate, describe, pick_device, ratios, timed
+from common import (
+    MODES,
+    ROUND_SECONDS,
+    alternate,
+    describe,
+    pick_device,
+    print_timings,
+    round_timer,
+)
 
-MODES = ("forward", "forward + backward")
-SHORT = {"forward": "fwd", "forward + backward": "fwd+bwd", "wall-clock": "wall", "CPU": "CPU"}
 PATHS = ("manual", "sdpa")
-ROUND_SECONDS = 0.02  # by default a timing's calls fill about this much of a round
 DEFAULT_SHAPES = [(32, 4, 64, 32), (8, 12, 256, 64), (4, 12, 1024, 64)]
 
 
@@ -74,8 +78,7 @@ def check_same(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
 
 
 def runner(path: str, q, k, v, grad, mode: str, device, calls: int | None, cpu: list[float]):
-    """A function that times one round: wall-clock seconds per call returned, CPU seconds per
-    call appended to `cpu`. Without `calls`, as many calls as fill about ROUND_SECONDS."""
+    """The round timer (common.round_timer) of one path in one mode."""
     fn_attention = FUNCTIONS[path]
 
     def forward():
@@ -87,18 +90,7 @@ def runner(path: str, q, k, v, grad, mode: str, device, calls: int | None, cpu: 
             t.grad = None
         fn_attention(q, k, v).backward(grad)
 
-    fn = forward if mode == "forward" else forward_backward
-    fn()  # warm-up: allocation, kernel choice
-    if calls is None:
-        calls = max(3, min(10_000, round(ROUND_SECONDS / timed(fn, device, 3))))
-
-    def one_round() -> float:
-        start = time.process_time()
-        wall = timed(fn, device, calls)
-        cpu.append((time.process_time() - start) / calls)
-        return wall
-
-    return one_round
+    return round_timer(forward if mode == "forward" else forward_backward, device, calls, cpu)
 
 
 def bench(shape: tuple[int, int, int, int], rounds: int, calls: int | None, device) -> None:
@@ -123,17 +115,7 @@ def bench(shape: tuple[int, int, int, int], rounds: int, calls: int | None, devi
         f"[B, h, n, d_h] = [{B}, {h}, {n}, {d_h}]; {per_round} per round, best of {rounds} "
         f"rounds; the two outputs agree (largest difference {gap:.1e})"
     )
-    header = [f"{SHORT[clock]} ms {SHORT[mode]}" for clock in clocks for mode in MODES]
-    print(f"{'':<22}" + "".join(f"{x:>17}" for x in header))
-    for path in PATHS:
-        cells = [f"{1000 * min(t[path, mode]):.3f}" for t in clocks.values() for mode in MODES]
-        print(f"{path:<22}" + "".join(f"{c:>17}" for c in cells))
-    cells = []
-    for t in clocks.values():
-        for mode in MODES:
-            best, median = ratios(t["manual", mode], t["sdpa", mode])
-            cells.append(f"{best:.2f}x ({median:.2f}x)")
-    print(f"{'speed-up of sdpa':<22}" + "".join(f"{c:>17}" for c in cells))
+    print_timings(clocks, PATHS, {"speed-up of sdpa": ("manual", "sdpa")}, 22)
 
 
 def main(argv: list[str] | None = None) -> None:

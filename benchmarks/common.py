@@ -1,6 +1,6 @@
 """What the benchmarks share: the device and its number format, the matmul rate that model-FLOP
-utilisation is measured against, the FLOP count of a training step, and timing in alternating
-rounds.
+utilisation is measured against, the FLOP count of a training step, timing in alternating
+rounds, and the round timer and table of the per-call benchmarks (norms, attention).
 
 On a CPU everything runs in float32. On CUDA the training benchmarks run the forward pass under
 bfloat16 autocast with TF32 allowed for the float32 matmuls that remain (what a GPU run of
@@ -95,6 +95,50 @@ def alternate(
         for name in names if r % 2 == 0 else names[::-1]:
             times[name].append(runs[name]())
     return times
+
+
+MODES = ("forward", "forward + backward")  # what the layer benchmarks time per call
+SHORT = {"forward": "fwd", "forward + backward": "fwd+bwd", "wall-clock": "wall", "CPU": "CPU"}
+ROUND_SECONDS = 0.02  # by default a timing's calls fill about this much of a round
+
+
+def round_timer(
+    fn: Callable[[], object], device: torch.device, calls: int | None, cpu: list[float]
+) -> Callable[[], float]:
+    """A function that times one round of `fn`: wall-clock seconds per call returned, CPU seconds
+    per call appended to `cpu`. `fn` runs once first (allocation, kernel choice); without
+    `calls`, each round makes as many calls as fill about ROUND_SECONDS."""
+    fn()
+    if calls is None:
+        calls = max(3, min(10_000, round(ROUND_SECONDS / timed(fn, device, 3))))
+
+    def one_round() -> float:
+        start = time.process_time()
+        wall = timed(fn, device, calls)
+        cpu.append((time.process_time() - start) / calls)
+        return wall
+
+    return one_round
+
+
+def print_timings(
+    clocks: dict[str, dict], names, speedups: dict[str, tuple[str, str]], width: int
+) -> None:
+    """One row per name of best-round milliseconds (every clock x MODES), then one row per
+    speed-up label: (slower, faster) timed against each other, best over best and, in brackets,
+    the median of the per-round ratios."""
+    header = [f"{SHORT[clock]} ms {SHORT[mode]}" for clock in clocks for mode in MODES]
+    print(f"{'':<{width}}" + "".join(f"{x:>17}" for x in header))
+    for name in names:
+        cells = [f"{1000 * min(t[name, mode]):.3f}" for t in clocks.values() for mode in MODES]
+        print(f"{name:<{width}}" + "".join(f"{c:>17}" for c in cells))
+    for label, (slower, faster) in speedups.items():
+        cells = []
+        for t in clocks.values():
+            for mode in MODES:
+                best, median = ratios(t[slower, mode], t[faster, mode])
+                cells.append(f"{best:.2f}x ({median:.2f}x)")
+        print(f"{label:<{width}}" + "".join(f"{c:>17}" for c in cells))
 
 
 def ratios(a: list[float], b: list[float]) -> tuple[float, float]:

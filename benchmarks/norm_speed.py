@@ -26,22 +26,26 @@ code itself costs, where wall-clock time also shows the neighbours.
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 import torch.nn as nn
-from common import alternate, describe, pick_device, ratios, timed
+from common import (
+    MODES,
+    ROUND_SECONDS,
+    alternate,
+    describe,
+    pick_device,
+    print_timings,
+    round_timer,
+)
 
 from gptlib.norms import LayerNorm, RMSNorm
 
 EPS = 1e-5  # gptlib's default for both norms, and torch's LayerNorm's
-MODES = ("forward", "forward + backward")
-SHORT = {"forward": "fwd", "forward + backward": "fwd+bwd", "wall-clock": "wall", "CPU": "CPU"}
 PAIRS = {  # who: (its RMSNorm, its LayerNorm)
     "gptlib": ("gptlib RMSNorm", "gptlib LayerNorm"),
     "torch": ("torch nn.RMSNorm", "torch nn.LayerNorm"),
 }
-ROUND_SECONDS = 0.02  # by default a timing's calls fill about this much of a round
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -78,8 +82,7 @@ def check_same(modules: dict[str, nn.Module], x: torch.Tensor) -> None:
 
 
 def runner(module, x, grad, mode: str, device, calls: int | None, cpu: list[float]):
-    """A function that times one round: wall-clock seconds per call returned, CPU seconds per
-    call appended to `cpu`. Without `calls`, as many calls as fill about ROUND_SECONDS."""
+    """The round timer (common.round_timer) of one norm in one mode."""
     params = list(module.parameters())
 
     def forward():
@@ -92,18 +95,7 @@ def runner(module, x, grad, mode: str, device, calls: int | None, cpu: list[floa
             p.grad = None
         module(x).backward(grad)
 
-    fn = forward if mode == "forward" else forward_backward
-    fn()  # warm-up: allocation, kernel choice
-    if calls is None:
-        calls = max(3, min(10_000, round(ROUND_SECONDS / timed(fn, device, 3))))
-
-    def one_round() -> float:
-        start = time.process_time()
-        wall = timed(fn, device, calls)
-        cpu.append((time.process_time() - start) / calls)
-        return wall
-
-    return one_round
+    return round_timer(forward if mode == "forward" else forward_backward, device, calls, cpu)
 
 
 def bench(shape: tuple[int, int, int], rounds: int, calls: int | None, device) -> None:
@@ -129,18 +121,8 @@ def bench(shape: tuple[int, int, int], rounds: int, calls: int | None, device) -
         f"[B, n, d] = [{B}, {n}, {d}], {x.numel():,} numbers; {per_round} per round, best of "
         f"{rounds} rounds; gptlib's norms give torch's outputs"
     )
-    header = [f"{SHORT[clock]} ms {SHORT[mode]}" for clock in clocks for mode in MODES]
-    print(f"{'':<26}" + "".join(f"{h:>17}" for h in header))
-    for name in modules:
-        cells = [f"{1000 * min(t[name, mode]):.3f}" for t in clocks.values() for mode in MODES]
-        print(f"{name:<26}" + "".join(f"{c:>17}" for c in cells))
-    for who, (rms, ln) in PAIRS.items():
-        cells = []
-        for t in clocks.values():
-            for mode in MODES:
-                best, median = ratios(t[ln, mode], t[rms, mode])
-                cells.append(f"{best:.2f}x ({median:.2f}x)")
-        print(f"{'RMSNorm speed-up, ' + who:<26}" + "".join(f"{c:>17}" for c in cells))
+    speedups = {f"RMSNorm speed-up, {who}": (ln, rms) for who, (rms, ln) in PAIRS.items()}
+    print_timings(clocks, modules, speedups, 26)
 
 
 def main(argv: list[str] | None = None) -> None:

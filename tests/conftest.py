@@ -7,6 +7,9 @@ import torch
 # The reader's package (gptlib.exercises.yours): the tests never read or write a reader's own
 # pieces; each test process gets an empty folder of its own.
 os.environ["GPTLIB_YOURS"] = tempfile.mkdtemp(prefix="yourgpt-tests-")
+# The command line speaks the locale's language; the tests read its English (tests/test_language.py
+# sets the locale itself), whatever the machine running them is set to.
+os.environ["LANGUAGE"] = "en"
 
 from gptlib.config import microgpt, textbook
 

@@ -24,7 +24,9 @@ CASES = [
     (command, action)
     for command, parser in _subparsers().items()
     for action in parser._actions
-    if action.option_strings and action.dest != "help" and _shown_default(action) is not None
+    if action.option_strings
+    and action.dest not in ("help", "lang")  # lang: the locale's, at
+    and _shown_default(action) is not None  # run time (tests/test_language.py)
 ]
 
 

@@ -1,0 +1,138 @@
+"""The catalogue of what gptlib says, in English and Chinese: complete, in step with the English
+sentences of the code, and chosen by `set_language`, `--lang` or the locale."""
+
+import re
+import shutil
+
+import pytest
+from babel.messages.pofile import read_po
+
+from gptlib import language
+from gptlib.cli import build_parser, main
+from gptlib.language import _, catalogue_path, get_language, language_from_locale, set_language
+
+HAN = re.compile(r"[\u4e00-\u9fff]")
+LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
+
+
+def _catalogue():
+    with catalogue_path("zh").open("rb") as f:
+        return {m.id: m for m in read_po(f, locale="zh_CN") if m.id}
+
+
+def test_every_english_sentence_has_its_chinese_and_none_is_stale():
+    source, catalogue = language.sentences(), _catalogue()
+    assert len(source) >= 50  # the command line's help at least
+    missing = [s for s in source if s not in catalogue]
+    empty = [s for s, m in catalogue.items() if s in source and not m.string]
+    fuzzy = [s for s, m in catalogue.items() if m.fuzzy]
+    gone = [s for s in catalogue if s not in source]
+    assert not missing, f"not in the catalogue (run python -m gptlib.language update): {missing}"
+    assert not empty, f"no Chinese yet: {empty}"
+    assert not fuzzy, f"the English changed since the Chinese was written: {fuzzy}"
+    assert not gone, f"in the catalogue but no longer in the code: {gone}"
+
+
+def test_update_leaves_an_up_to_date_catalogue_as_it_is(tmp_path):
+    copy = tmp_path / "locale"
+    shutil.copytree(language.LOCALE, copy)
+    assert language.update(copy) == []
+    assert catalogue_path("zh", copy).read_bytes() == catalogue_path("zh").read_bytes()
+
+
+def test_a_changed_english_sentence_is_stale_until_translated_again(tmp_path, monkeypatch):
+    """The staleness rule: an English sentence edited in the code leaves its old translation as a
+    fuzzy suggestion, which is not shown and which the completeness test refuses."""
+    copy = tmp_path / "locale"
+    shutil.copytree(language.LOCALE, copy)
+    edited = {s.replace("peak learning rate", "highest learning rate"): where
+              for s, where in language.sentences().items()}  # fmt: skip
+    monkeypatch.setattr(language, "sentences", lambda: edited)
+    left = language.update(copy)
+    assert left == ["highest learning rate (default: {lr})"]
+    with catalogue_path("zh", copy).open("rb") as f:
+        [entry] = [m for m in read_po(f) if m.id == left[0]]
+    assert entry.fuzzy and HAN.search(entry.string)  # the old Chinese, kept as a suggestion only
+
+
+def _fields(text: str) -> list[str]:
+    """What a translation must carry over: {fields}, $VARIABLES, --flags and file names."""
+    pattern = r"\{\w*\}|\$\w+|--[a-z][a-z-]*|\b[\w.]+\.(?:py|pt|json|bin|safetensors)\b"
+    return sorted(re.findall(pattern, text))
+
+
+def test_translations_keep_every_field_flag_and_variable():
+    for english, entry in _catalogue().items():
+        assert _fields(entry.string) == _fields(english), (english, entry.string)
+        assert HAN.search(entry.string), f"not Chinese: {entry.string!r}"
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"LANG": "zh_CN.UTF-8"}, "zh"),
+        ({"LANG": "zh_TW.UTF-8"}, "zh"),
+        ({"LANGUAGE": "zh_CN:en", "LANG": "en_US.UTF-8"}, "zh"),
+        ({"LC_ALL": "C.UTF-8", "LANG": "zh_CN.UTF-8"}, "en"),  # LC_ALL comes first, as in gettext
+        ({"LANG": "fr_FR.UTF-8"}, "en"),
+        ({}, "en"),
+    ],
+)
+def test_the_locale_chooses_as_gettext_does(environ, expected):
+    assert language_from_locale(environ) == expected
+
+
+def test_an_unknown_language_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"'fr'.*en, zh"):
+        set_language("fr")
+    assert get_language() == "en"
+
+
+def test_the_library_speaks_the_language_set():
+    try:
+        set_language("zh_CN")
+        assert get_language() == "zh" and _("options") == "选项"
+        set_language("en")
+        assert _("options") == "options"
+    finally:
+        set_language("en")
+
+
+def _help(monkeypatch, capsys, argv, lang=None) -> str:
+    for variable in LOCALE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    if lang:
+        monkeypatch.setenv("LANG", lang)
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 0
+    assert get_language() == "en"  # main gives the process its language back
+    return capsys.readouterr().out
+
+
+def _columns(line: str) -> int:
+    return sum(2 if HAN.match(c) or ord(c) >= 0xFF00 or 0x3000 <= ord(c) < 0x3040 else 1
+               for c in line)  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["train", "sample", "progress"])
+def test_help_is_chinese_under_a_chinese_locale(monkeypatch, capsys, command):
+    out = _help(monkeypatch, capsys, [command, "--help"], lang="zh_CN.UTF-8")
+    assert out.startswith("用法：")
+    parser = build_parser()  # English, to list the options
+    sub = parser._subparsers._group_actions[0].choices[command]
+    for action in sub._actions:
+        flag = action.option_strings[-1] if action.option_strings else action.dest
+        start = out.index(flag, out.index("\n\n"))  # past the usage lines
+        shown = out[start:].split("\n  -", 1)[0]
+        assert HAN.search(shown), f"{flag}'s help is not Chinese: {shown!r}"
+    assert all(_columns(line) <= 80 for line in out.splitlines() if " " in line.strip()), out
+
+
+def test_lang_overrides_the_locale_and_the_default_is_english(monkeypatch, capsys):
+    out = _help(monkeypatch, capsys, ["--lang", "en", "train", "--help"], lang="zh_CN.UTF-8")
+    assert out.startswith("usage:") and not HAN.search(out.split("tang300")[0])
+    out = _help(monkeypatch, capsys, ["train", "--lang=zh", "--help"])
+    assert out.startswith("用法：") and "峰值学习率" in out
+    assert _help(monkeypatch, capsys, ["--help"]).startswith("usage:")

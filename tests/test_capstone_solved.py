@@ -129,12 +129,15 @@ def test_every_check_passes_and_keeps_the_readers_function(solved):
         if e.notebook == "14" and hasattr(ex, e.check):
             out = _output_of(solved, f"\n{e.check}(")
             assert out.startswith("✓"), (e.check, out)
-            assert "kept as yourgpt/" in out, (e.check, out)
+            assert "kept as /" in out and "yourgpt-solved-" in out, (
+                e.check,
+                out,
+            )  # the folder in use
 
 
 def test_the_readers_pieces_are_in_use(solved):
     out = _output_of(solved, "mine = types.SimpleNamespace(")
-    assert out.count(": yours, from yourgpt/") == len(BROUGHT) == 9, out
+    assert out.count(": yours, from /") == len(BROUGHT) == 9, out
     assert "stands in" not in out
     assert "embed: yours" in _output_of(solved, "embed_in_use = yours.use(")
     out = _output_of(solved, "forward_in_use = yours.use(")

@@ -46,7 +46,8 @@ def test_a_pass_keeps_the_function_with_its_helpers_and_use_returns_it(
     folder = _fresh(tmp_path, monkeypatch)
     monkeypatch.setitem(globals(), "_hide", _as_readers(_hide))  # a helper of the reader's
     result = ex.check_causal_attention(_as_readers(_attention))
-    assert result and "yourgpt/causal_attention.py" in result.message
+    # the message names the folder in use ($GPTLIB_YOURS), not the default yourgpt/
+    assert result and f"kept as {folder / 'causal_attention.py'}:" in result.message
     text = (folder / "causal_attention.py").read_text()
     assert "def _hide(n):" in text and "def _attention(q, k, v):" in text
     assert text.index("def _hide") < text.index("def _attention")  # helpers first

@@ -57,7 +57,7 @@ def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
                 name = yours.exercise_name(check)
                 path = yours.save(name, fn, yours._notebook_of(name))
                 if path is not None:
-                    kept = f"kept as {yours.PACKAGE}/{path.name}: later notebooks use it"
+                    kept = f"kept as {yours.where_kept(name)}: later notebooks use it"
                     result = CheckResult(True, f"{result.message}\n  {kept}")
             return result
 

@@ -43,6 +43,12 @@ def folder() -> Path:
     return Path.cwd() / PACKAGE
 
 
+def where_kept(name: str) -> str:
+    """How a message names the file of piece `name`: `yourgpt/<name>.py` in the usual folder, the
+    whole path when `$GPTLIB_YOURS` puts the pieces elsewhere."""
+    return str(folder() / f"{name}.py") if os.environ.get(ENV) else f"{PACKAGE}/{name}.py"
+
+
 def exercise_name(check: Callable) -> str:
     """`check_causal_attention` -> "causal_attention", the module your function is kept in."""
     return getattr(check, "__name__", str(check)).removeprefix("check_")
@@ -208,7 +214,7 @@ def use(check: Callable, stand_in: Callable | None = None) -> Callable:
         with not_saving():
             result = check(fn)
         if result:
-            print(f"{name}: yours, from {PACKAGE}/{name}.py")
+            print(f"{name}: yours, from {where_kept(name)}")
             return fn
         first = str(getattr(result, "message", result)).splitlines()[0]
         why = f"yours does not pass its check now: {first}"

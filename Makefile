@@ -34,6 +34,7 @@ lint: install
 # both workers.
 unit: install
 	bash tests/install_fortunes_zh.sh
+	bash tests/install_fonts_cjk.sh
 	$(ONE_THREAD) MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadfile tests --ignore=tests/browser
 
 # Stored outputs are made and compared under an arithmetic that does not depend on the CPU
@@ -44,6 +45,7 @@ unit: install
 PORTABLE := $(shell bash tests/notebook_arithmetic.sh env)
 
 nbval: install
+	bash tests/install_fonts_cjk.sh  # 08 draws Chinese characters: without the font it warns
 	$(PY) tests/check_notebooks_executed.py $(NOTEBOOKS)
 	PY=$(PY) bash tests/notebook_arithmetic.sh portable $(NBVAL_ORDER)
 

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import io
 import math
+import re
+import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib import font_manager
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 FIGSIZE = (6.0, 3.6)  # one compact size for every single-panel figure in the course
 PANEL = 2.4  # inches per panel in a grid of attention maps
@@ -28,10 +34,73 @@ BASELINE_STYLES = ("--", "-.", ":", (0, (5, 1)))
 PLAIN = "tab:blue"
 
 
+# ---------------------------------------------------------------------------------------------
+# Fonts: Latin text in matplotlib's own DejaVu fonts, as always; a character DejaVu lacks (the
+# Chinese of the Tang poems in notebook 08, of the zh notebooks) is drawn, glyph by glyph, from
+# the CJK font of Debian's fonts-noto-cjk. matplotlib (3.6 and later) takes a list of families
+# and falls back along it for each glyph the first one does not have.
+
+CJK_FONT = "Noto Sans CJK SC"
+CJK_FONT_PACKAGE = "fonts-noto-cjk"
+_CJK_FILE_PREFIX = "NotoSansCJK"  # NotoSansCJK-Regular.ttc, NotoSansCJK-Bold.ttc, ...
+
+
+def _cjk_font_found() -> bool:
+    """Whether matplotlib can draw with CJK_FONT. matplotlib lists the system's fonts once and
+    caches the list, so a font installed after that is not in it: its files are added here."""
+
+    def listed() -> bool:
+        return any(font.name == CJK_FONT for font in font_manager.fontManager.ttflist)
+
+    if not listed():
+        for path in font_manager.findSystemFonts():
+            if Path(path).name.startswith(_CJK_FILE_PREFIX):
+                font_manager.fontManager.addfont(path)
+    return listed()
+
+
+CJK_FONT_FOUND = _cjk_font_found()
+_WITH_CJK = [CJK_FONT] if CJK_FONT_FOUND else []
+TEXT_FONTS = ["sans-serif", *_WITH_CJK]  # "sans-serif" is matplotlib's default: DejaVu Sans
+MONO_FONTS = ["DejaVu Sans Mono", *_WITH_CJK]  # the tick labels: l, i and | look different
+if CJK_FONT_FOUND and matplotlib.rcParams["font.family"] == ["sans-serif"]:
+    # Titles, axis labels, legends and notes use the default family: give it the fallback,
+    # unless the reader chose another family.
+    matplotlib.rcParams["font.family"] = TEXT_FONTS
+
+_CJK_CHARACTERS = re.compile(
+    "[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003ffff]"
+)
+_CJK_MISSING = (
+    f"this figure has Chinese (CJK) characters, but matplotlib finds no {CJK_FONT!r} font, so "
+    f"they are drawn as empty boxes; install Debian's {CJK_FONT_PACKAGE} package "
+    f"(`sudo apt-get install {CJK_FONT_PACKAGE}`) and restart Python"
+)
+_cjk_missing_said = False
+
+
+def _say_if_cjk_missing(event) -> None:
+    """After a figure is drawn without the CJK font: say once what is missing, if it had CJK."""
+    global _cjk_missing_said
+    if _cjk_missing_said:
+        return
+    texts = (t.get_text() for t in event.canvas.figure.findobj(Text))
+    if any(_CJK_CHARACTERS.search(text) for text in texts):
+        _cjk_missing_said = True
+        warnings.warn(_CJK_MISSING, UserWarning, stacklevel=2)
+
+
+def _watch_fonts(fig: Figure) -> Figure:
+    """Without the CJK font, have `fig` say so when it is drawn with Chinese characters."""
+    if not CJK_FONT_FOUND:
+        fig.canvas.mpl_connect("draw_event", _say_if_cjk_missing)
+    return fig
+
+
 def _new_figure(nrows: int = 1, ncols: int = 1, figsize=FIGSIZE) -> tuple[Figure, np.ndarray]:
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
     plt.close(fig)  # drop pyplot's reference: the caller shows the figure once, by returning it
-    return fig, axes
+    return _watch_fonts(fig), axes
 
 
 def _array(values) -> np.ndarray:
@@ -91,7 +160,7 @@ def position_labels(tokens: Sequence[str], bos: str | None = ".") -> list[str]:
     return [f"{'BOS' if bos is not None and t == bos else t} {i}" for i, t in enumerate(tokens)]
 
 
-TICK_FONT = {"family": "DejaVu Sans Mono", "size": 9}  # monospace: l, i and | look different
+TICK_FONT = {"family": MONO_FONTS, "size": 9}  # monospace: l, i and | look different
 ANNOTATE_UP_TO = 10  # maps with at most this many positions print each weight in its cell
 
 
@@ -920,7 +989,7 @@ def plot_model_diagram(notebook: str | None = None, highlight: Sequence[str] = (
     Taught in notebook 00 (data and tokens)."""
     highlight = _diagram_highlight(notebook, highlight)
     keys, rows = _diagram_rows()
-    fig = plt.figure(figsize=(6.4, 5.6))
+    fig = _watch_fonts(plt.figure(figsize=(6.4, 5.6)))
     plt.close(fig)
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, 10)

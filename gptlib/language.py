@@ -4,7 +4,8 @@ A sentence gptlib shows is written in English in the code, inside `_("...")`, an
 catalogue of translations: gettext's `.po` format (`gptlib/locale/zh_CN/LC_MESSAGES/gptlib.po`),
 kept with Babel. A sentence with no translation is shown in English. Sentences with values in
 them are templates filled after the lookup, `_("{n} steps").format(n=n)`, so that the
-translation may put the values where its own grammar wants them.
+translation may put the values where its own grammar wants them. A sentence kept in a table at
+import time is marked `N_("...")` there and translated with `_` where it is shown.
 
 Which language: `set_language("zh")` (a Chinese notebook says so in its first cell); the command
 line takes `--lang zh` or, without it, the locale, read as gettext reads it (`$LANGUAGE`,
@@ -27,7 +28,7 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-__all__ = ["LANGUAGES", "_", "get_language", "language_from_locale", "set_language"]
+__all__ = ["LANGUAGES", "N_", "_", "get_language", "language_from_locale", "set_language"]
 
 DOMAIN = "gptlib"
 LOCALE = Path(__file__).parent / "locale"
@@ -118,6 +119,14 @@ def _(message: str) -> str:
     return _translations(_language).gettext(message)
 
 
+def N_(message: str) -> str:
+    """`message` as it is, marked for the catalogue: a sentence kept in a table when the module
+    is imported, and translated with `_` where it is shown (gettext's "noop" convention).
+
+    Not taught in a notebook: how the exercises' tables of slips are translated."""
+    return message
+
+
 def sentences() -> dict[str, list[str]]:
     """Every `_("...")` of gptlib's source: the English sentence -> where it stands.
 
@@ -126,7 +135,7 @@ def sentences() -> dict[str, list[str]]:
 
     found: dict[str, list[str]] = {}
     for filename, lineno, message, _comments, _context in extract_from_dir(
-        Path(__file__).parent, method_map=[("**.py", "python")], keywords={"_": None}
+        Path(__file__).parent, method_map=[("**.py", "python")], keywords={"_": None, "N_": None}
     ):
         found.setdefault(message, []).append(f"gptlib/{filename}:{lineno}")
     return found

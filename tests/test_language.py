@@ -136,3 +136,39 @@ def test_lang_overrides_the_locale_and_the_default_is_english(monkeypatch, capsy
     out = _help(monkeypatch, capsys, ["train", "--lang=zh", "--help"])
     assert out.startswith("用法：") and "峰值学习率" in out
     assert _help(monkeypatch, capsys, ["--help"]).startswith("usage:")
+
+
+def _modules_speaking():
+    """gptlib's modules that import `_` from gptlib.language."""
+    import ast
+    from pathlib import Path
+
+    root = Path(language.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "gptlib.language":
+                if any(alias.name == "_" for alias in node.names):
+                    yield path.relative_to(root.parent), tree
+
+
+def test_no_function_that_speaks_rebinds_underscore():
+    """`_, x = ...` or `for _ in ...` inside a function makes `_` a local name there, so every
+    `_("...")` of that function fails (UnboundLocalError or "'int' object is not callable")."""
+    import ast
+
+    found = []
+    for path, tree in _modules_speaking():
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            for node in ast.walk(fn):
+                if (
+                    isinstance(node, ast.Name)
+                    and node.id == "_"
+                    and isinstance(node.ctx, ast.Store)
+                ):
+                    found.append(f"{path}:{node.lineno} in {getattr(fn, 'name', 'lambda')}")
+    names = [str(p) for p, _tree in _modules_speaking()]
+    assert "gptlib/cli.py" in names and "gptlib/exercises/checking.py" in names
+    assert not found, f"`_` rebound where it translates: {found}"

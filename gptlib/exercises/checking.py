@@ -23,6 +23,7 @@ import torch
 
 from gptlib.exercises import yours
 from gptlib.exercises.table import REFUSALS, Refusal
+from gptlib.language import _
 
 
 @dataclass
@@ -40,9 +41,8 @@ class CheckResult:
 
 
 def not_written(name: str) -> CheckResult:
-    return CheckResult(
-        False, f"{name} is not written yet: replace its body and run this cell again"
-    )
+    said = _("{name} is not written yet: replace its body and run this cell again")
+    return CheckResult(False, said.format(name=name))
 
 
 def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
@@ -57,7 +57,8 @@ def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
                 name = yours.exercise_name(check)
                 path = yours.save(name, fn, yours._notebook_of(name))
                 if path is not None:
-                    kept = f"kept as {yours.where_kept(name)}: later notebooks use it"
+                    kept = _("kept as {path}: later notebooks use it")
+                    kept = kept.format(path=yours.where_kept(name))
                     result = CheckResult(True, f"{result.message}\n  {kept}")
             return result
 
@@ -99,11 +100,11 @@ def show_solution(check: Callable) -> None:
     """Print the reference solution of an exercise: `show_solution(check_causal_attention)`."""
     solution = getattr(check, "solution", None)
     if solution is None:
-        raise TypeError(
-            f"show_solution expects an exercise check such as check_causal_attention, got "
-            f"{getattr(check, '__name__', check)!r}; pass the check_* function you called"
-        )
-    print(f"# Reference solution checked by {check.__name__} ({solution.__module__})")
+        said = _("show_solution expects an exercise check such as check_causal_attention, got "
+                 "{given}; pass the check_* function you called")  # fmt: skip
+        raise TypeError(said.format(given=repr(getattr(check, "__name__", check))))
+    said = _("# Reference solution checked by {check} ({module})")
+    print(said.format(check=check.__name__, module=solution.__module__))
     helpers = _helpers_of(solution)
     constants = _constants_of([*helpers, solution])
     for name, value in constants:
@@ -120,7 +121,8 @@ def show_solution(check: Callable) -> None:
 
 
 def refusal_message(name: str, refusal: Refusal) -> str:
-    return f"✗ {name}: write this one yourself: it calls {refusal.named}, which {refusal.does}"
+    said = _("✗ {name}: write this one yourself: it calls {call}, which {does}")
+    return said.format(name=name, call=refusal.named, does=_(refusal.does))
 
 
 def _target(path: str) -> object | None:
@@ -269,13 +271,14 @@ def with_error_hints(user_fn: Callable, hints: Sequence[tuple[str, str]]) -> Cal
             return user_fn(*inputs)
         except (RuntimeError, ValueError, IndexError) as e:
             first = str(e).splitlines()[0] if str(e) else ""
-            hint = next((h for fragment, h in hints if fragment in first), None)
+            hint = next((_(h) for fragment, h in hints if fragment in first), None)
             if hint is None:
                 raise
+            said = _("{error}. Hint: {hint}").format(error=first, hint=hint)
             try:
-                explained = type(e)(f"{first}. Hint: {hint}")
+                explained = type(e)(said)
             except Exception:  # an exception class with another constructor
-                explained = RuntimeError(f"{first}. Hint: {hint}")
+                explained = RuntimeError(said)
             raise explained from None
 
     return wrapped
@@ -287,17 +290,17 @@ def difference(got, expected) -> str:
     largest = 0.0
     for g, e in zip(map(_double, _as_tuple(got)), map(_double, _as_tuple(expected)), strict=True):
         if (g.isnan() & ~e.isnan()).any():
-            return "your output has NaN where the reference has none"
+            return _("your output has NaN where the reference has none")
         if (e.isnan() & ~g.isnan()).any():
-            return "your output has a number where the reference has NaN"
+            return _("your output has a number where the reference has NaN")
         differs = (g != e) & ~(g.isnan() & e.isnan())  # equal infinities do not differ
         if (differs & g.isinf()).any():
-            return "your output has an infinity where the reference has another value"
+            return _("your output has an infinity where the reference has another value")
         if (differs & e.isinf()).any():
-            return "your output has a finite value where the reference has an infinity"
+            return _("your output has a finite value where the reference has an infinity")
         if differs.any():
             largest = max(largest, float((g - e)[differs].abs().max()))
-    return f"largest difference {largest:.3g}"
+    return _("largest difference {largest}").format(largest=f"{largest:.3g}")
 
 
 def _differentiable(x) -> bool:
@@ -341,8 +344,8 @@ def _backward(fn: Callable, inputs: tuple, names: list[str], weights: list | Non
         ]
         grads = [None] * len(found)
         if terms:
-            grads = torch.autograd.grad(sum(terms), [t for _, t in found], allow_unused=True)
-    return outputs, [(p, gr) for (p, _), gr in zip(found, grads, strict=True)], weights
+            grads = torch.autograd.grad(sum(terms), [t for _path, t in found], allow_unused=True)
+    return outputs, [(p, gr) for (p, _leaf), gr in zip(found, grads, strict=True)], weights
 
 
 def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
@@ -353,40 +356,39 @@ def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
     except (TypeError, ValueError):
         params = []
     names = [params[i] if i < len(params) else f"input {i}" for i in range(len(inputs))]
-    _, ref_grads, weights = _backward(reference_fn, inputs, names, None)
+    _outputs, ref_grads, weights = _backward(reference_fn, inputs, names, None)
     if all(w is None for w in weights):
         return None  # nothing of the reference's is differentiable
     try:
-        user_out, user_grads, _ = _backward(user_fn, inputs, names, weights)
+        user_out, user_grads, _weights = _backward(user_fn, inputs, names, weights)
     except Exception as e:  # noqa: BLE001
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "in-place" in first or "inplace" in first:
-            return (
-                "with inputs that need gradients your function fails: it writes into a tensor "
-                f"autograd needs ({first})"
-            )
-        return f"with inputs that need gradients your function raised {type(e).__name__}: {first}"
+            said = _("with inputs that need gradients your function fails: it writes into a "
+                     "tensor autograd needs ({error})")  # fmt: skip
+            return said.format(error=first)
+        said = _("with inputs that need gradients your function raised {kind}: {error}")
+        return said.format(kind=type(e).__name__, error=first)
     for i, (w, o) in enumerate(zip(weights, user_out, strict=False)):
         if w is not None and not (_differentiable(o) and o.requires_grad):
-            which = f"output {i} ({len(user_out)} returned)" if len(user_out) > 1 else "your output"
-            return (
-                f"{which} carries no gradient: it was made under torch.no_grad() or detached, so "
-                "nothing before it would learn from the loss"
-            )
-    for (name, ref), (_, got) in zip(ref_grads, user_grads, strict=True):
+            which = _("output {i} ({n} returned)").format(i=i, n=len(user_out))
+            which = which if len(user_out) > 1 else _("your output")
+            said = _("{which} carries no gradient: it was made under torch.no_grad() or "
+                     "detached, so nothing before it would learn from the loss")  # fmt: skip
+            return said.format(which=which)
+    for (name, ref), (_path, got) in zip(ref_grads, user_grads, strict=True):
         if ref is None or not bool(ref.abs().max() > 0):
             continue
         if got is None or not bool(got.abs().max() > 0):
-            return (
-                f"the gradient of {name} is missing: the output is right, but something between "
-                f"{name} and it is detached or under no_grad, so {name} would not learn"
-            )
+            said = _("the gradient of {name} is missing: the output is right, but something "
+                     "between {name} and it is detached or under no_grad, so {name} would not "
+                     "learn")  # fmt: skip
+            return said.format(name=name)
         if not _close(got, ref, 10 * atol, 10 * rtol):
-            return (
-                f"the output is right but the gradient of {name} is not ({difference(got, ref)}): "
-                "part of the path from it is hidden from autograd (a .detach(), .data, or a "
-                "value taken out with .item())"
-            )
+            said = _("the output is right but the gradient of {name} is not ({difference}): "
+                     "part of the path from it is hidden from autograd (a .detach(), .data, or "
+                     "a value taken out with .item())")  # fmt: skip
+            return said.format(name=name, difference=difference(got, ref))
     return None
 
 
@@ -399,15 +401,18 @@ def _mismatch(got, expected, inputs, mistakes, atol, rtol) -> str:
         except Exception:  # noqa: BLE001
             continue
         if _close(got, wrong, atol, rtol):
-            return hint
+            return _(hint)
     exp_t, got_t = _as_tuple(expected), _as_tuple(got)
     if len(exp_t) != len(got_t):
-        return f"returned {len(got_t)} value(s), expected {len(exp_t)}"
+        said = _("returned {got} value(s), expected {expected}")
+        return said.format(got=len(got_t), expected=len(exp_t))
     for e_, g_ in zip(exp_t, got_t, strict=True):
         e_shape, g_shape = list(torch.as_tensor(e_).shape), list(torch.as_tensor(g_).shape)
         if e_shape != g_shape:
-            return f"output has shape {g_shape}, expected {e_shape}"
-    return f"values differ from the reference ({difference(got_t, exp_t)})"
+            said = _("output has shape {got}, expected {expected}")
+            return said.format(got=g_shape, expected=e_shape)
+    said = _("values differ from the reference ({difference})")
+    return said.format(difference=difference(got_t, exp_t))
 
 
 def compare(
@@ -443,7 +448,8 @@ def compare(
         except NotImplementedError:
             return not_written(name)
         except Exception as e:  # the reader's code failed: say how
-            return CheckResult(False, f"✗ {name}: your function raised {type(e).__name__}: {e}")
+            said = _("✗ {name}: your function raised {kind}: {error}")
+            return CheckResult(False, said.format(name=name, kind=type(e).__name__, error=e))
         problem = None
         if not _close(got, expected, atol, rtol):
             problem = _mismatch(got, expected, inputs, mistakes, atol, rtol)
@@ -451,4 +457,5 @@ def compare(
             problem = _gradient_problem(user_fn, reference_fn, inputs, atol, rtol)
         if problem:
             return CheckResult(False, f"✗ {name}: {problem}")
-    return CheckResult(True, f"✓ {name}: matches the reference on {trials} random inputs")
+    said = _("✓ {name}: matches the reference on {trials} random inputs")
+    return CheckResult(True, said.format(name=name, trials=trials))

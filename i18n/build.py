@@ -10,7 +10,9 @@ hash of the English text it translates::
 
 ``build`` writes ``notebooks/<lang>/NN_topic.ipynb``: the English notebook with every markdown
 cell's text replaced by its translation. Code cells, their outputs and the notebook's metadata
-are the English notebook's, unchanged, so the two editions cannot differ in what they compute.
+are the English notebook's, unchanged, so the two editions cannot differ in what they compute,
+but for one thing: the first code cell begins by choosing the edition's language for what
+``gptlib`` says (``set_language("zh")``, see ``gptlib.language``).
 Links keep working: a link to a heading of a notebook (``07_mlp.ipynb#1.-d-→-4d-→-d,-by-hand``)
 is written in the translation with the English anchor and pointed at the translated heading
 here; a link out of ``notebooks/`` gains one ``../``.
@@ -40,6 +42,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 LANGS = {"zh": "zh-CN"}  # folder name -> the language tag written into the notebooks' metadata
+# What the first code cell of an edition's notebook starts with: gptlib speaks its language.
+LANGUAGE_LINES = {
+    "zh": 'from gptlib.language import set_language\n\nset_language("zh")  # gptlib 的检查与消息用中文\n\n'
+}
 MARKER = re.compile(r"^<!-- cell (\S+) · en ([0-9a-f]{12}) -->$", re.M)
 HEADER = (
     "<!-- {name}: the {lang} text of each markdown cell of notebooks/{name}.ipynb. A block starts "
@@ -179,6 +185,8 @@ def translated(path: Path, lang: str, maps: dict[str, dict[str, str]] | None = N
         if cell["cell_type"] == "markdown" and cell.get("id") in blocks:
             text = _relink(blocks[cell["id"]].text, path.name, maps)
             cell["source"] = text.splitlines(keepends=True)
+    first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    first["source"] = (LANGUAGE_LINES[lang] + source(first)).splitlines(keepends=True)
     nb["metadata"]["language_edition"] = {"language": LANGS[lang], "english": f"../{path.name}"}
     return nb
 

@@ -1,7 +1,8 @@
 """The Chinese edition (notebooks/zh/) stays in step with the English notebooks.
 
 Every English notebook has its twin, built from i18n/zh/NN_topic.md: the same cells in the same
-order, code cells and their outputs identical, every markdown cell translated from the English
+order, code cells and their outputs identical (but for the first code cell, which chooses the
+language of gptlib's messages), every markdown cell translated from the English
 text it now has (a translation of an older text is named), headings, links and formulas kept,
 and the built notebook exactly what `python -m i18n.build build` writes. Editing an English
 markdown cell makes the check name its twin; links between the Chinese notebooks land on
@@ -38,8 +39,14 @@ def test_code_and_outputs_are_the_english_notebooks(english):
     assert twin.is_file(), f"notebooks/zh/{english.name} is missing"
     en, zh = _load(english), _load(twin)
     assert [c.get("id") for c in zh["cells"]] == [c.get("id") for c in en["cells"]]
+    first = next(c.get("id") for c in en["cells"] if c["cell_type"] == "code")
     for a, b in zip(en["cells"], zh["cells"], strict=True):
         assert a["cell_type"] == b["cell_type"], a.get("id")
+        if a["cell_type"] == "code" and a.get("id") == first:
+            # the one difference: the edition's first code cell chooses what gptlib speaks
+            assert i18n.source(b) == i18n.LANGUAGE_LINES["zh"] + i18n.source(a)
+            assert 'set_language("zh")' in i18n.source(b) and b["outputs"] == a["outputs"]
+            b = {**b, "source": a["source"]}
         if a["cell_type"] == "code":
             assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True), a.get("id")
         else:

@@ -22,7 +22,7 @@ from gptlib.config import PRESETS, preset
 from gptlib.data import BUILT_IN, READINGS, load_corpus
 from gptlib.device import DTYPES, choose_device
 from gptlib.generate import complete, sample_documents
-from gptlib.language import LANGUAGES, _, get_language, language_from_locale, set_language
+from gptlib.language import LANGUAGES, N_, _, get_language, language_from_locale, set_language
 from gptlib.model import GPT
 from gptlib.run import (
     StopSignals,
@@ -41,9 +41,11 @@ def _whole_number(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        said = _("expected a whole number, got {text}").format(text=repr(text))
+        raise argparse.ArgumentTypeError(said) from None
     if value < least:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {value}")
+        said = _("expected a whole number >= {least}, got {value}")
+        raise argparse.ArgumentTypeError(said.format(least=least, value=value))
     return value
 
 
@@ -54,10 +56,9 @@ def _positive_int(text: str) -> int:
 def _block_size(text: str) -> int:
     value = _whole_number(text, 1)
     if value < 2:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number >= 2, got {value}: a window of one token holds no next "
-            "token to predict (position t learns from token t + 1)"
-        )
+        said = _("expected a whole number >= 2, got {value}: a window of one token holds no "
+                 "next token to predict (position t learns from token t + 1)")  # fmt: skip
+        raise argparse.ArgumentTypeError(said.format(value=value))
     return value
 
 
@@ -68,11 +69,11 @@ def _seed(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        said = _("expected a whole number, got {text}").format(text=repr(text))
+        raise argparse.ArgumentTypeError(said) from None
     if not 0 <= value <= SEED_MAX:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number from 0 to 2**63 - 1 ({SEED_MAX}), got {value}"
-        )
+        said = _("expected a whole number from 0 to 2**63 - 1 ({most}), got {value}")
+        raise argparse.ArgumentTypeError(said.format(most=SEED_MAX, value=value))
     return value
 
 
@@ -84,23 +85,25 @@ def _number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        said = _("expected a number, got {text}").format(text=repr(text))
+        raise argparse.ArgumentTypeError(said) from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+        said = _("expected a finite number, got {text}").format(text=text)
+        raise argparse.ArgumentTypeError(said)
     return value
 
 
 def _non_negative_float(text: str) -> float:
     value = _number(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+        raise argparse.ArgumentTypeError(_("expected a number >= 0, got {text}").format(text=text))
     return value
 
 
 def _positive_float(text: str) -> float:
     value = _number(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+        raise argparse.ArgumentTypeError(_("expected a number > 0, got {text}").format(text=text))
     return value
 
 
@@ -443,18 +446,18 @@ def _check_prompt(prompt: str | None, tokenizer) -> None:
         return
     if prompt == "" and tokenizer.bos_id is None:
         raise ValueError(
-            "--prompt '' is empty, and a model of running text needs at least one character to "
-            "continue; give some text, or drop --prompt to start from the first character of its "
-            "vocabulary"
-        )
+            _("--prompt '' is empty, and a model of running text needs at least one character to "
+              "continue; give some text, or drop --prompt to start from the first character of "
+              "its vocabulary")
+        )  # fmt: skip
     unknown = [ch for ch in dict.fromkeys(prompt) if ch not in tokenizer.stoi]
     if unknown:
         first = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
         shown = repr(prompt) if len(prompt) <= 40 else f"{prompt[:40]!r}..."
+        said = _("--prompt {prompt} has {n} character(s) that are not in this model's vocabulary "
+                 "of {size} ({first}); use characters of the text the model was trained on")  # fmt: skip
         raise ValueError(
-            f"--prompt {shown} has {len(unknown)} character(s) that are not in this model's "
-            f"vocabulary of {tokenizer.vocab_size:,} ({first}); use characters of the text the "
-            "model was trained on"
+            said.format(prompt=shown, n=len(unknown), size=f"{tokenizer.vocab_size:,}", first=first)
         )
 
 
@@ -491,15 +494,13 @@ def _resumed(path: str, device: torch.device):
     """The checkpoint to continue, or refuse with the reason."""
     ck = load_checkpoint(path, device)
     if ck.training is None or ck.step is None or ck.history is None:
-        raise ValueError(
-            f"{path!r} holds no training state (written by an older gptlib or by hand); "
-            "it can be sampled from, but a run cannot continue from it"
-        )
+        said = _("{path} holds no training state (written by an older gptlib or by hand); it "
+                 "can be sampled from, but a run cannot continue from it")  # fmt: skip
+        raise ValueError(said.format(path=repr(path)))
     if ck.optimizer_state is None:
-        raise ValueError(
-            f"{path!r} was saved with --no-optimizer-state, so its run cannot continue "
-            "exactly; start a new run, or train without --no-optimizer-state"
-        )
+        said = _("{path} was saved with --no-optimizer-state, so its run cannot continue "
+                 "exactly; start a new run, or train without --no-optimizer-state")  # fmt: skip
+        raise ValueError(said.format(path=repr(path)))
     return ck
 
 
@@ -513,17 +514,17 @@ def _settings(args: argparse.Namespace, training: dict | None) -> dict:
     data = settings["data"]
     if data not in BUILT_IN:
         if not os.path.exists(data) and args.data is None:
+            said = _("the run in {run} was trained on the file {data} (the path stored in the "
+                     "checkpoint), which is not there from {here}; pass --data with the path of "
+                     "the same file")  # fmt: skip
             raise ValueError(
-                f"the run in {args.resume!r} was trained on the file {data!r} (the path stored in "
-                f"the checkpoint), which is not there from {os.getcwd()!r}; pass --data with the "
-                "path of the same file"
+                said.format(run=repr(args.resume), data=repr(data), here=repr(os.getcwd()))
             )
         settings["data"] = os.path.abspath(data)  # stored so a resume works from any folder
     elif args.format is not None and args.format != "auto":
-        raise ValueError(
-            f"--format {args.format} reads a file given with --data; {data!r} is a built-in "
-            "corpus with its own reading (one document per name or poem): drop --format"
-        )
+        said = _("--format {format} reads a file given with --data; {data} is a built-in corpus "
+                 "with its own reading (one document per name or poem): drop --format")  # fmt: skip
+        raise ValueError(said.format(format=args.format, data=repr(data)))
     return settings
 
 
@@ -539,11 +540,10 @@ def _config(args, settings, corpus, ck):
                 for k in given
             )
             asked = ", ".join(f"{k}={v!r}" for k, v in given.items())
-            raise ValueError(
-                f"cannot resume {args.resume!r} with a different model shape: it has {have}, "
-                f"the command asks for {asked}; drop those flags, or start a new run without "
-                "--resume"
-            )
+            said = _("cannot resume {run} with a different model shape: it has {have}, the "
+                     "command asks for {asked}; drop those flags, or start a new run without "
+                     "--resume")  # fmt: skip
+            raise ValueError(said.format(run=repr(args.resume), have=have, asked=asked))
         return ck.config
     cfg = preset(settings["preset"], corpus.vocab_size, **changes)
     if args.block_size is None and settings["preset"] == "textbook" and corpus.documents:
@@ -557,11 +557,20 @@ def _config(args, settings, corpus, ck):
 def _check_same_data(args, corpus, training) -> None:
     if corpus.fingerprint() != training["corpus"]["fingerprint"]:
         was = training["corpus"]
+        said = _("cannot resume {run} on different data: it was trained on {was} ({was_reading}, "
+                 "vocab {was_vocab}), this command reads {now} ({now_reading}, vocab {now_vocab}) "
+                 "and its tokens differ; resume with the same --data and --format, or start a "
+                 "new run without --resume")  # fmt: skip
         raise ValueError(
-            f"cannot resume {args.resume!r} on different data: it was trained on "
-            f"{was['name']!r} ({was['reading']}, vocab {was['vocab_size']}), this command reads "
-            f"{corpus.name!r} ({corpus.reading}, vocab {corpus.vocab_size}) and its tokens differ; "
-            "resume with the same --data and --format, or start a new run without --resume"
+            said.format(
+                run=repr(args.resume),
+                was=repr(was["name"]),
+                was_reading=was["reading"],
+                was_vocab=was["vocab_size"],
+                now=repr(corpus.name),
+                now_reading=corpus.reading,
+                now_vocab=corpus.vocab_size,
+            )
         )
 
 
@@ -580,27 +589,24 @@ def _device(requested: str | None) -> torch.device:
     device = choose_device(requested)
     given = requested or os.environ.get("GPTLIB_DEVICE")
     if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(
-            f"device {given!r} is not one gptlib runs on (it holds no data); use cpu, cuda, "
-            "cuda:N or mps"
-        )
+        said = _("device {device} is not one gptlib runs on (it holds no data); use cpu, cuda, "
+                 "cuda:N or mps")  # fmt: skip
+        raise ValueError(said.format(device=repr(given)))
     if device.type == "cuda" and device.index is not None:
         count = torch.cuda.device_count()
         if device.index >= count:
-            raise ValueError(
-                f"device {given!r} was asked for, but this machine has {count} CUDA device(s), "
-                f"cuda:0 to cuda:{count - 1}; pass one of those"
-            )
+            said = _("device {device} was asked for, but this machine has {count} CUDA "
+                     "device(s), cuda:0 to cuda:{last}; pass one of those")  # fmt: skip
+            raise ValueError(said.format(device=repr(given), count=count, last=count - 1))
     return device
 
 
 def _shadowed_corpus_note(data: str) -> str | None:
     """A note when a file in this folder has the name of the built-in corpus being used."""
     if data in BUILT_IN and os.path.exists(data):
-        return (
-            f"note: {data!r} is the built-in corpus; the file {data!r} in this folder is not "
-            f"read (pass --data ./{data} to train on it)"
-        )
+        said = _("note: {name} is the built-in corpus; the file {name} in this folder is not "
+                 "read (pass --data ./{data} to train on it)")  # fmt: skip
+        return said.format(name=repr(data), data=data)
     return None
 
 
@@ -609,10 +615,15 @@ def _warmup_check(settings) -> str | None:
     warmup, total = settings["warmup"], settings["steps"]
     if warmup <= total:
         return None
-    return (
-        f"note: the warmup of {warmup} steps is longer than this run of {total}: the learning "
-        f"rate rises to {total / warmup:.0%} of --lr {settings['lr']:g} and no further; pass "
-        f"--warmup {total // 10} (or anything up to {total}) to reach it"
+    said = _("note: the warmup of {warmup} steps is longer than this run of {total}: the "
+             "learning rate rises to {share} of --lr {lr} and no further; pass --warmup {tenth} "
+             "(or anything up to {total}) to reach it")  # fmt: skip
+    return said.format(
+        warmup=warmup,
+        total=total,
+        share=f"{total / warmup:.0%}",
+        lr=f"{settings['lr']:g}",
+        tenth=total // 10,
     )
 
 
@@ -666,10 +677,9 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         out = output_path(out, data=settings["data"], resume=args.resume, overwrite=args.overwrite)
         with claim(out) as removed:
             if removed:
-                notes.append(
-                    f"note: removed {len(removed)} temporary file(s) that an earlier run killed "
-                    f"while saving left beside {out}"
-                )
+                said = _("note: removed {n} temporary file(s) that an earlier run killed while "
+                         "saving left beside {out}")  # fmt: skip
+                notes.append(said.format(n=len(removed), out=out))
             return _run(args, settings, ck, out, ranks, device, say, signals, notes, changes)
     return _run(args, settings, ck, out, ranks, device, say, signals, notes, changes)
 
@@ -684,7 +694,10 @@ def _load(settings, say):
     if data not in BUILT_IN and os.path.isfile(data):
         size = os.path.getsize(data)
         if size > 20_000_000:
-            say(f"reading {data} ({size / 1e6:,.0f} MB)...", flush=True)
+            say(
+                _("reading {data} ({size} MB)...").format(data=data, size=f"{size / 1e6:,.0f}"),
+                flush=True,
+            )
     return load_corpus(data, reading=settings["format"])
 
 
@@ -693,14 +706,14 @@ def _run(args, settings, ck, out, ranks, device, say, signals, notes, changes) -
     save = partial(run.save, with_optimizer=not args.no_optimizer_state)
     signals.mode = "defer"
     try:
-        say(
-            f"training: Ctrl-C (or SIGTERM, SIGHUP) stops after the current step and saves to {out}"
-        )
+        say(_("training: Ctrl-C (or SIGTERM, SIGHUP) stops after the current step and saves "
+              "to {out}").format(out=out))  # fmt: skip
         diverged = _steps(run, args, ranks, signals)
         signals.mode = "hold"  # from here to the end of the save, a signal waits for the save
         states = run.states_to_save(diverged is not None)
         if run.history.interrupted:
-            say(f"interrupted at step {run.done} of {run.total}: keeping what was learned so far")
+            said = _("interrupted at step {done} of {total}: keeping what was learned so far")
+            say(said.format(done=run.done, total=run.total))
         if not ranks.is_main:
             return 0
         _check_saveable(run, diverged, out)
@@ -709,14 +722,22 @@ def _run(args, settings, ck, out, ranks, device, say, signals, notes, changes) -
     finally:
         signals.mode = "raise"
     if saved != out:
-        print(f"{out} appeared while training (written by something else) and was left alone")
-    print(f"saved {saved}")
+        said = _("{out} appeared while training (written by something else) and was left alone")
+        print(said.format(out=out))
+    print(_("saved {path}").format(path=saved))
     if diverged:
         lower = f"{settings['lr'] / 10:.3g}"
+        said = _("{prog}: error: {what}; the run stopped there and its last finite state (step "
+                 "{done}) is saved in {saved}; continue with a lower learning rate: "
+                 "{command}")  # fmt: skip
         print(
-            f"{PROG} train: error: {_what(diverged)}; the run stopped there and its last finite "
-            f"state (step {run.done}) is saved in {saved}; continue with a lower learning rate: "
-            f"{_command('train', '--resume', saved, '--lr', lower)}",
+            said.format(
+                prog=f"{PROG} train",
+                what=_what(diverged),
+                done=run.done,
+                saved=saved,
+                command=_command("train", "--resume", saved, "--lr", lower),
+            ),
             file=sys.stderr,
         )
         return EXIT_DIVERGED
@@ -736,21 +757,33 @@ def _start(args, settings, ck, ranks, device, say, notes, changes) -> TrainingRu
     check_memory(cfg, settings["batch_size"], device)
     start = ck.step if ck is not None else 0
     if start >= total:
-        raise ValueError(
-            f"{args.resume!r} is already at step {start} of its {total}; pass --steps with a "
-            f"larger total (more than {start}) to train further"
-        )
+        said = _("{run} is already at step {start} of its {total}; pass --steps with a larger "
+                 "total (more than {start}) to train further")  # fmt: skip
+        raise ValueError(said.format(run=repr(args.resume), start=start, total=total))
     torch.manual_seed(seed)
     model = ck.model.train() if ck is not None else GPT(cfg).to(device)
-    say(f"data {corpus.name}: {corpus.reason}")
-    procs = f"  processes {ranks.world_size}" if ranks.distributed else ""
+    say(_("data {name}: {reason}").format(name=corpus.name, reason=corpus.reason))
+    procs = _("  processes {n}").format(n=ranks.world_size) if ranks.distributed else ""
+    said = _("device {device}{processes}  vocab {vocab}  train/val tokens {train}/{val}")
     say(
-        f"device {device}{procs}  vocab {cfg.vocab_size}  "
-        f"train/val tokens {corpus.train.numel():,}/{corpus.val.numel():,}"
+        said.format(
+            device=device,
+            processes=procs,
+            vocab=cfg.vocab_size,
+            train=f"{corpus.train.numel():,}",
+            val=f"{corpus.val.numel():,}",
+        )
     )
+    said = _("preset {preset}  parameters {n}  (L={L} d={d} h={h} T={T})")
     say(
-        f"preset {settings['preset']}  parameters {model.num_parameters():,}  "
-        f"(L={cfg.n_layer} d={cfg.n_embd} h={cfg.n_head} T={cfg.block_size})"
+        said.format(
+            preset=settings["preset"],
+            n=f"{model.num_parameters():,}",
+            L=cfg.n_layer,
+            d=cfg.n_embd,
+            h=cfg.n_head,
+            T=cfg.block_size,
+        )
     )
     for note in notes:
         if note:
@@ -766,19 +799,19 @@ def _resume_run(run: TrainingRun, ck, args, changes, say) -> None:
     note = run.resume(ck)
     if note:
         say(note)
-    say(f"resuming {args.resume} at step {run.start} of {run.total}")
+    said = _("resuming {run} at step {start} of {total}")
+    say(said.format(run=args.resume, start=run.start, total=run.total))
     if changes:
         shown = ", ".join(
             f"{RESUMABLE[k]} {_shown(a)} -> {_shown(b)}" for k, (a, b) in changes.items()
         )
-        say(f"changed from step {run.start}: {shown}")
+        say(_("changed from step {start}: {changes}").format(start=run.start, changes=shown))
     if "seed" in changes:  # the saved random state gives way to the new seed's
         seed = run.settings["seed"]
         run.reseed(seed)
-        say(
-            f"note: windows and dropout are drawn afresh from seed {seed} from step {run.start}, "
-            "so the run is no longer the one that never stopped"
-        )
+        said = _("note: windows and dropout are drawn afresh from seed {seed} from step "
+                 "{start}, so the run is no longer the one that never stopped")  # fmt: skip
+        say(said.format(seed=seed, start=run.start))
 
 
 def _steps(run: TrainingRun, args, ranks, signals) -> Diverged | None:
@@ -804,36 +837,40 @@ def _steps(run: TrainingRun, args, ranks, signals) -> Diverged | None:
         run.train(signals.requested, on_step)
     except Diverged as e:
         if ranks.distributed:
-            raise ValueError(f"{_what(e)}; under torchrun nothing was saved") from None
+            said = _("{what}; under torchrun nothing was saved").format(what=_what(e))
+            raise ValueError(said) from None
         return e
     finally:
         bar.close()
     return None
 
 
+WHAT = {"loss": N_("loss"), "gradients": N_("gradients")}  # what a Diverged run saw become NaN
+
+
 def _what(e: Diverged) -> str:
-    return f"step {e.step}: the {e.what} became {e.value} at lr {e.lr:.3g}"
+    said = _("step {step}: the {what} became {value} at lr {lr}")
+    what = _(WHAT[e.what]) if e.what in WHAT else e.what
+    return said.format(step=e.step, what=what, value=e.value, lr=f"{e.lr:.3g}")
 
 
 def _check_saveable(run: TrainingRun, diverged: Diverged | None, out: str) -> None:
     """Refuse to save a diverged run that has nothing new, or whose weights are not finite."""
     if diverged and run.done == run.start:
-        raise ValueError(
-            f"{_what(diverged)}, before any step of this run finished, so there is nothing new "
-            "to save; start again with a lower --lr (or a longer --warmup)"
-        )
+        said = _("{what}, before any step of this run finished, so there is nothing new to "
+                 "save; start again with a lower --lr (or a longer --warmup)")  # fmt: skip
+        raise ValueError(said.format(what=_what(diverged)))
     if diverged and not _finite(run.model):
-        raise ValueError(
-            f"{_what(diverged)}, and the weights are no longer finite, so nothing was saved"
-            + (f"; {out} keeps step {run.start}" if os.path.exists(out) else "")
-        )
+        said = _("{what}, and the weights are no longer finite, so nothing was saved")
+        kept = _("; {out} keeps step {start}").format(out=out, start=run.start)
+        raise ValueError(said.format(what=_what(diverged)) + (kept if os.path.exists(out) else ""))
 
 
 def _after_save(run: TrainingRun, args, signals, saved: str, save_again) -> int:
     """The final evaluation (`save_again(summary)` adds it to the checkpoint), then the samples."""
     summary = {}
     if len(signals.received) >= 2:
-        print("final evaluation skipped")
+        print(_("final evaluation skipped"))
     else:
         batch_size = run.settings["batch_size"]
         summary = _final_evaluation(run.model, run.corpus, run.device, batch_size, args)
@@ -841,11 +878,11 @@ def _after_save(run: TrainingRun, args, signals, saved: str, save_again) -> int:
         with signals.held():
             save_again(summary)
     if run.history.interrupted:
-        print(f"continue with: {_command('train', '--resume', saved)}")
+        print(_("continue with: {command}").format(command=_command("train", "--resume", saved)))
     if run.history.interrupted or signals.received:
         return exit_code(signals.first)
     if args.samples > 0:
-        print("samples (temperature 1.0):")
+        print(_("samples (temperature 1.0):"))
         corpus = run.corpus
         longest = max(len(d) for d in corpus.documents) + 1 if corpus.documents else 200
         max_len = max(40, min(400, longest))
@@ -854,7 +891,7 @@ def _after_save(run: TrainingRun, args, signals, saved: str, save_again) -> int:
                 run.model, corpus.tokenizer, args.samples, 1.0, None, run.settings["seed"], max_len
             )
         except KeyboardInterrupt as e:
-            print(f"\n{_stop_name(e)}: samples stopped")
+            print("\n" + _("{signal}: samples stopped").format(signal=_stop_name(e)))
             return exit_code(getattr(e, "signum", None))
     return 0
 
@@ -892,7 +929,8 @@ def _final_evaluation(model, corpus, device, batch_size, args) -> dict:
     from tqdm.auto import tqdm
 
     n = min(50, max(10, -(-EVAL_WINDOWS // batch_size)))
-    print(f"final evaluation: {n} batches of {batch_size} windows from each split", flush=True)
+    said = _("final evaluation: {n} batches of {batch_size} windows from each split")
+    print(said.format(n=n, batch_size=batch_size), flush=True)
     bar = tqdm(total=2 * n, disable=args.no_progress, unit="batch", file=sys.stderr)
     try:
         train_loss = _mean_loss(model, corpus.train.to(device), batch_size, n, bar)
@@ -901,14 +939,14 @@ def _final_evaluation(model, corpus, device, batch_size, args) -> dict:
         bigram = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
     except KeyboardInterrupt as e:
         bar.close()
-        print(f"\n{_stop_name(e)}: final evaluation stopped")
+        print("\n" + _("{signal}: final evaluation stopped").format(signal=_stop_name(e)))
         return {}
     gap = bigram - val_loss
-    print(f"final train loss {train_loss:.4f}  val loss {val_loss:.4f} nats/token")
-    print(
-        f"bigram baseline val loss {bigram:.4f}  "
-        f"(model is {abs(gap):.4f} nats {'better' if gap >= 0 else 'worse'})"
-    )
+    said = _("final train loss {train}  val loss {val} nats/token")
+    print(said.format(train=f"{train_loss:.4f}", val=f"{val_loss:.4f}"))
+    said = _("bigram baseline val loss {bigram}  (model is {gap} nats better)")
+    said = said if gap >= 0 else _("bigram baseline val loss {bigram}  (model is {gap} nats worse)")
+    print(said.format(bigram=f"{bigram:.4f}", gap=f"{abs(gap):.4f}"))
     return {"val_loss": val_loss, "bigram_val_loss": bigram}
 
 
@@ -930,10 +968,10 @@ def _sample_gpt2_folder(args: argparse.Namespace, device: torch.device) -> int:
     model = load_hf_gpt2(args.checkpoint, device)
     tokenizer = gpt2_tokenizer()
     if model.cfg.vocab_size < tokenizer.vocab_size:
+        said = _("{path} holds a model with vocab_size={vocab}, fewer than GPT-2's tokenizer's "
+                 "{ids} ids; sampling a folder needs GPT-2's vocabulary")  # fmt: skip
         raise ValueError(
-            f"{args.checkpoint} holds a model with vocab_size={model.cfg.vocab_size}, fewer than "
-            f"GPT-2's tokenizer's {tokenizer.vocab_size} ids; sampling a folder needs GPT-2's "
-            "vocabulary"
+            said.format(path=args.checkpoint, vocab=model.cfg.vocab_size, ids=tokenizer.vocab_size)
         )
     prompt = args.prompt if args.prompt is not None else END_OF_TEXT
     g = torch.Generator(device=model.lm_head.weight.device).manual_seed(args.seed)

@@ -44,6 +44,7 @@ from gptlib.checkpoint import (
     temporary_name_pattern,
 )
 from gptlib.data import sample_batch
+from gptlib.language import _
 from gptlib.model import parameter_formula
 from gptlib.train import (
     Diverged,
@@ -80,28 +81,24 @@ def output_path(
     """
     if out.endswith(("/", os.sep)) or os.path.isdir(out):
         name = os.path.join(out, "model.pt")
-        raise ValueError(
-            f"--out {out!r} names a folder; the checkpoint is one file: give a file name such as "
-            f"--out {name}"
-        )
+        said = _("--out {out} names a folder; the checkpoint is one file: give a file name "
+                 "such as --out {name}")  # fmt: skip
+        raise ValueError(said.format(out=repr(out), name=name))
     if os.path.islink(out) and not os.path.exists(out):
-        raise ValueError(
-            f"--out {out!r} is a symbolic link to {os.readlink(out)!r}, which does not exist; "
-            "give the path the checkpoint should have, or remove the link"
-        )
+        said = _("--out {out} is a symbolic link to {target}, which does not exist; give the "
+                 "path the checkpoint should have, or remove the link")  # fmt: skip
+        raise ValueError(said.format(out=repr(out), target=repr(os.readlink(out))))
     if data is not None and os.path.isfile(data) and same_file(out, data):
-        raise ValueError(
-            f"--out {out!r} is the data file given with --data; training would replace your text "
-            "with a checkpoint: choose another --out, such as runs/model.pt"
-        )
+        said = _("--out {out} is the data file given with --data; training would replace your "
+                 "text with a checkpoint: choose another --out, such as runs/model.pt")  # fmt: skip
+        raise ValueError(said.format(out=repr(out)))
     if os.path.exists(out) and not overwrite:
         if resume is not None and same_file(out, resume):
             return out  # resuming in place: the run owns this file
-        raise ValueError(
-            f"--out {out!r} already exists ({_describe(out)}); nothing was replaced. Choose "
-            f"another --out, continue that run with --resume {out}, or pass --overwrite to "
-            "replace it"
-        )
+        said = _("--out {out} already exists ({what}); nothing was replaced. Choose another "
+                 "--out, continue that run with --resume {path}, or pass --overwrite to replace "
+                 "it")  # fmt: skip
+        raise ValueError(said.format(out=repr(out), what=_describe(out), path=out))
     check_writable(out)
     return out
 
@@ -119,10 +116,14 @@ def _describe(path: str) -> str:
     try:
         ck = load_checkpoint(path)
     except (CheckpointError, OSError):
-        return f"a file of {os.path.getsize(path):,} bytes that is not a gptlib checkpoint"
+        said = _("a file of {size} bytes that is not a gptlib checkpoint")
+        return said.format(size=f"{os.path.getsize(path):,}")
     data = (ck.extra or {}).get("data")
-    on = f" trained on {data}" if data else ""
-    return f"a checkpoint at step {ck.step}{on}" if ck.step is not None else "a checkpoint"
+    if ck.step is None:
+        return _("a checkpoint")
+    if data:
+        return _("a checkpoint at step {step} trained on {data}").format(step=ck.step, data=data)
+    return _("a checkpoint at step {step}").format(step=ck.step)
 
 
 def lock_path(out: str) -> str:
@@ -225,23 +226,20 @@ def _busy(out: str, path: str) -> ValueError:
     except OSError:
         text = ""
     pid = text[len(LOCK_MARK) :].strip() if text.startswith(LOCK_MARK) else ""
-    who = f"process {pid}" if pid else "another process"
+    who = _("process {pid}").format(pid=pid) if pid else _("another process")
     if fcntl is None:
-        return ValueError(
-            f"another training run ({who}) is writing {out!r} (it holds {path!r}); wait for it "
-            "to finish, or choose another --out; if no run is going, remove that file"
-        )
-    return ValueError(
-        f"another training run ({who}) is writing {out!r} right now; wait for it to finish, or "
-        f"choose another --out"
-    )
+        said = _("another training run ({who}) is writing {out} (it holds {path}); wait for it "
+                 "to finish, or choose another --out; if no run is going, remove that file")  # fmt: skip
+        return ValueError(said.format(who=who, out=repr(out), path=repr(path)))
+    said = _("another training run ({who}) is writing {out} right now; wait for it to finish, "
+             "or choose another --out")  # fmt: skip
+    return ValueError(said.format(who=who, out=repr(out)))
 
 
 def _foreign(out: str, path: str) -> ValueError:
-    return ValueError(
-        f"{path!r}, the name gptlib locks to claim --out {out!r}, is a file gptlib did not "
-        "write; it was left alone: move it away, or choose another --out"
-    )
+    said = _("{path}, the name gptlib locks to claim --out {out}, is a file gptlib did not "
+             "write; it was left alone: move it away, or choose another --out")  # fmt: skip
+    return ValueError(said.format(path=repr(path), out=repr(out)))
 
 
 def _remove(path: str) -> None:
@@ -326,14 +324,14 @@ class StopSignals:
             raise Stopped(signum)
         name = signal_name(signum)
         if self.mode == "hold":
-            self.say(f"\n{name}: saving, one moment")
+            self.say("\n" + _("{signal}: saving, one moment").format(signal=name))
         elif len(self.received) == 1:
-            self.say(
-                f"\n{name}: finishing this step, then saving (Ctrl-C or another signal skips the "
-                "final evaluation)"
-            )
+            said = _("{signal}: finishing this step, then saving (Ctrl-C or another signal "
+                     "skips the final evaluation)")  # fmt: skip
+            self.say("\n" + said.format(signal=name))
         else:
-            self.say(f"\n{name}: the final evaluation will be skipped; saving")
+            said = _("{signal}: the final evaluation will be skipped; saving")
+            self.say("\n" + said.format(signal=name))
 
     def requested(self) -> bool:
         local = bool(self.received)
@@ -410,11 +408,10 @@ def restore_random_states(
         torch.cuda.set_rng_state(saved_cuda.cpu(), device)
         return None
     if device.type == "cuda" or saved_cuda is not None:
-        where = "CUDA" if saved_cuda is not None else "a CPU"
-        return (
-            f"note: the run was saved on {where} and continues on {device.type}: dropout draws "
-            "differ from the run that never stopped"
-        )
+        said = _("note: the run was saved on {where} and continues on {device}: dropout draws "
+                 "differ from the run that never stopped")  # fmt: skip
+        where = "CUDA" if saved_cuda is not None else _("a CPU")
+        return said.format(where=where, device=device.type)
     return None
 
 
@@ -464,10 +461,9 @@ class TrainingRun:
             kinds = zip(states["batches"], states["torch"], strict=True)
             states = [{"batches": b, "torch": t} for b, t in kinds]
         if len(states) != self.ranks.world_size:
-            return (
-                f"note: the run had {len(states)} process(es), this one has "
-                f"{self.ranks.world_size}: windows are drawn afresh from the seed"
-            )
+            said = _("note: the run had {before} process(es), this one has {now}: windows are "
+                     "drawn afresh from the seed")  # fmt: skip
+            return said.format(before=len(states), now=self.ranks.world_size)
         return restore_random_states(states[self.ranks.rank], self.batches, self.device)
 
     def reseed(self, seed: int) -> None:

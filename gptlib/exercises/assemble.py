@@ -32,6 +32,7 @@ from gptlib.exercises.mlp import solution_mlp
 from gptlib.exercises.multi_head import solution_merge_heads, solution_split_heads
 from gptlib.exercises.norms import solution_post_norm_block, solution_pre_norm_block
 from gptlib.exercises.qkv import solution_qkv_split
+from gptlib.language import _
 from gptlib.mlp import ACTIVATIONS
 from gptlib.model import GPT
 from gptlib.train import eval_batches
@@ -63,7 +64,8 @@ PIECES: dict[str, Callable] = {
 def _pieces(given: dict[str, Callable | None]) -> dict[str, Callable]:
     unknown = sorted(set(given) - set(PIECES))
     if unknown:
-        raise TypeError(f"no piece called {', '.join(unknown)}; the pieces are {', '.join(PIECES)}")
+        said = _("no piece called {unknown}; the pieces are {pieces}")
+        raise TypeError(said.format(unknown=", ".join(unknown), pieces=", ".join(PIECES)))
     return {name: given.get(name) or ref for name, ref in PIECES.items()}
 
 
@@ -77,7 +79,8 @@ def forward(model: GPT, idx: torch.Tensor, **pieces: Callable | None) -> torch.T
     p = _pieces(pieces)
     cfg = model.cfg
     if idx.size(1) > cfg.block_size:
-        raise ValueError(f"idx has {idx.size(1)} positions; the model's window is {cfg.block_size}")
+        said = _("idx has {n} positions; the model's window is {block_size}")
+        raise ValueError(said.format(n=idx.size(1), block_size=cfg.block_size))
     activation = ACTIVATIONS[cfg.activation]
     block_fn = p["pre_norm_block"] if cfg.norm_placement == "pre" else p["post_norm_block"]
     x = p["embed"](idx, model.tok_emb.weight, model.pos_emb.weight)  # [B, n, d]

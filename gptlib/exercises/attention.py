@@ -7,6 +7,7 @@ from functools import partial
 import torch
 
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.language import N_
 
 __all__ = ["check_causal_attention", "solution_causal_attention"]
 
@@ -37,28 +38,28 @@ def _slip(q, k, v, *, scale="d_h", dim=-1, hidden="future", after=False):
 
 
 MISTAKES = [  # the first row is the slip tests/browser types into the notebook
-    ("the softmax runs over dim=-2, the queries: your weights sum to 1 down each key's column, "
-     "not along each query's row over the keys it sees", partial(_slip, dim=-2)),
-    ("your scores are sqrt(h) times too small, so your weights are flatter than they should be: "
-     "that is dividing by sqrt(d_model) = sqrt(h * d_h), the width of all the heads together",
+    (N_("the softmax runs over dim=-2, the queries: your weights sum to 1 down each key's column, "
+        "not along each query's row over the keys it sees"), partial(_slip, dim=-2)),
+    (N_("your scores are sqrt(h) times too small, so your weights are flatter than they should be: "
+        "that is dividing by sqrt(d_model) = sqrt(h * d_h), the width of all the heads together"),
      partial(_slip, scale="d_model")),
-    ("the scores are not scaled: each is sqrt(d_h) times too large, so your softmax is sharper "
-     "than it should be and piles the weight onto fewer keys", partial(_slip, scale="none")),
-    ("there is no causal mask: each query's weights also go to the keys after it, so a position "
-     "reads tokens from its own future", partial(_slip, hidden="none")),
-    ("the mask hides the wrong side: each query sees itself and the keys after it, and the past "
-     "is hidden (your weights are zero below the diagonal instead of above it)",
+    (N_("the scores are not scaled: each is sqrt(d_h) times too large, so your softmax is sharper "
+        "than it should be and piles the weight onto fewer keys"), partial(_slip, scale="none")),
+    (N_("there is no causal mask: each query's weights also go to the keys after it, so a position "
+        "reads tokens from its own future"), partial(_slip, hidden="none")),
+    (N_("the mask hides the wrong side: each query sees itself and the keys after it, and the past "
+        "is hidden (your weights are zero below the diagonal instead of above it)"),
      partial(_slip, hidden="past")),
-    ("the mask hides the past and the position itself: each query sees only the keys after it, "
-     "the future, and nothing it is allowed to see", partial(_slip, hidden="past+self")),
-    ("the mask was applied after the softmax: the future weights were zeroed, but the weights "
-     "left were not renormalised, so each query's row sums to less than 1",
+    (N_("the mask hides the past and the position itself: each query sees only the keys after it, "
+        "the future, and nothing it is allowed to see"), partial(_slip, hidden="past+self")),
+    (N_("the mask was applied after the softmax: the future weights were zeroed, but the weights "
+        "left were not renormalised, so each query's row sums to less than 1"),
      partial(_slip, after=True)),
 ]  # fmt: skip
 ERRORS = [
     ("must match the size of tensor",
-     "if you wrote k.T: on a tensor with more than two dimensions .T reverses all of them "
-     "([B, h, n, d_h] becomes [d_h, n, h, B]), so the batch and head axes no longer line up"),
+     N_("if you wrote k.T: on a tensor with more than two dimensions .T reverses all of them "
+        "([B, h, n, d_h] becomes [d_h, n, h, B]), so the batch and head axes no longer line up")),
 ]  # fmt: skip
 
 

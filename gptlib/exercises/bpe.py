@@ -6,6 +6,7 @@ from functools import partial
 import torch
 
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.language import N_
 
 __all__ = ["check_learn_merges", "check_merge", "solution_learn_merges", "solution_merge"]
 
@@ -70,24 +71,27 @@ def _learn(ids, num_merges, merge, *, first_seen=False, runs_once=False, recount
 
 # fmt: off
 MISTAKES = [
-    ("only the first occurrence of the pair was merged; the later ones are still in your list",
+    (N_("only the first occurrence of the pair was merged; the later ones are still in your list"),
      partial(_merge, once=True)),
-    ("where the pair occurs your list holds new_id followed by the pair's second id, so it is as "
-     "long as the input: the second id was not used up", partial(_merge, second=True)),
-    ("in a run a a a with pair (a, a) the middle a was used by two merges: your list holds "
-     "[new, new] where there is room for one merge and an a", partial(_merge, overlap=True)),
-    ("the last id of the list is missing from your result when it is not the end of a merged "
-     "pair: the loop stopped one id early", partial(_merge, last=False)),
+    (N_("where the pair occurs your list holds new_id followed by the pair's second id, so it is "
+        "as long as the input: the second id was not used up"), partial(_merge, second=True)),
+    (N_("in a run a a a with pair (a, a) the middle a was used by two merges: your list holds "
+        "[new, new] where there is room for one merge and an a"), partial(_merge, overlap=True)),
+    (N_("the last id of the list is missing from your result when it is not the end of a merged "
+        "pair: the loop stopped one id early"), partial(_merge, last=False)),
 ]
 LEARN_MISTAKES = [
-    ("at a tie between equally frequent pairs yours took the pair that occurs first in the list; "
-     "the rule stated for the trainer picks by the pairs' ids", partial(_learn, first_seen=True)),
-    ("your merges part from the reference where a run a a a decides: your counts give it one "
-     "(a, a), as a merge uses it, not one per adjacent position", partial(_learn, runs_once=True)),
-    ("your first merge is right, the later ones are not: they follow the counts of the list as it "
-     "was before any merge", partial(_learn, recount=False)),
+    (N_("at a tie between equally frequent pairs yours took the pair that occurs first in the "
+        "list; the rule stated for the trainer picks by the pairs' ids"),
+     partial(_learn, first_seen=True)),
+    (N_("your merges part from the reference where a run a a a decides: your counts give it one "
+        "(a, a), as a merge uses it, not one per adjacent position"),
+     partial(_learn, runs_once=True)),
+    (N_("your first merge is right, the later ones are not: they follow the counts of the list as "
+        "it was before any merge"), partial(_learn, recount=False)),
 ]
-ONE_ID_LEFT = [(error, "it happened once the list was merged down to one id, with no pair left")
+ONE_ID_LEFT = [(error, N_("it happened once the list was merged down to one id, with no pair "
+                          "left"))
                for error in ("empty sequence", "iterable argument is empty")]
 # fmt: on
 

@@ -456,6 +456,6 @@ def compare(
         elif grads:
             problem = _gradient_problem(user_fn, reference_fn, inputs, atol, rtol)
         if problem:
-            return CheckResult(False, f"✗ {name}: {problem}")
+            return CheckResult(False, _("✗ {name}: {problem}").format(name=name, problem=problem))
     said = _("✓ {name}: matches the reference on {trials} random inputs")
     return CheckResult(True, said.format(name=name, trials=trials))

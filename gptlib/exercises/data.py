@@ -6,6 +6,7 @@ from functools import partial
 import torch
 
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.language import N_, _
 from gptlib.tokenizer import CharTokenizer
 
 __all__ = ["check_encode_stream", "solution_encode_stream"]
@@ -29,20 +30,23 @@ def _slip(documents, tokenizer, *, opening=True, closing=True, bos=None):
 
 
 MISTAKES = [
-    ("BOS only between documents (a join): your stream starts with the first document's letters "
-     "and ends with the last one's, so the first has no start marker and the last no end marker",
+    (N_("BOS only between documents (a join): your stream starts with the first document's "
+        "letters and ends with the last one's, so the first has no start marker and the last no "
+        "end marker"),
      partial(_slip, opening=False, closing=False)),
-    ("no BOS at the start of the stream: yours begins with the first document's letters, so the "
-     "model never learns from that document how a document begins", partial(_slip, opening=False)),
-    ("no BOS at the end of the stream: yours stops after the last document's letters, so the last "
-     "document is never closed", partial(_slip, closing=False)),
-    ("every boundary in your stream is id 26, BOS's id in the names' tokenizer; this tokenizer has "
-     "another alphabet, so its BOS has another id and 26 is a letter or no id at all",
+    (N_("no BOS at the start of the stream: yours begins with the first document's "
+        "letters, so the model never learns from that document how a document "
+        "begins"), partial(_slip, opening=False)),
+    (N_("no BOS at the end of the stream: yours stops after the last document's letters, so the "
+        "last document is never closed"), partial(_slip, closing=False)),
+    (N_("every boundary in your stream is id 26, BOS's id in the names' tokenizer; this tokenizer "
+        "has another alphabet, so its BOS has another id and 26 is a letter or no id at all"),
      partial(_slip, bos=26)),
 ]  # fmt: skip
 ERRORS = [
-    ("is not in the vocabulary", "the character it names is not one of this tokenizer's symbols; "
-     "the check's tokenizers do not all have the names' alphabet or mark BOS with '.'"),
+    ("is not in the vocabulary", N_("the character it names is not one of this tokenizer's "
+                                    "symbols; the check's tokenizers do not all have the names' "
+                                    "alphabet or mark BOS with '.'")),
 ]  # fmt: skip
 _ALPHABETS = [("abcdefghijklmnopqrstuvwxyz", "."), ("aeiklmnorst", "|"), ("abdeilmnoruy", "#")]
 
@@ -62,8 +66,12 @@ def check_encode_stream(encode_stream) -> CheckResult:
         ids = encode_stream(*_docs(torch.Generator().manual_seed(1000)))
     except Exception:  # noqa: BLE001 - compare runs it again and says how it failed
         ids = None
-    got = getattr(ids, "dtype", f"a {type(ids).__name__}")
+    got = getattr(ids, "dtype", None)
     if ids is not None and got != torch.long:
-        return CheckResult(False, f"✗ encode_stream: returned {got}, not a tensor of long ids")
+        if got is None:
+            said = _("✗ encode_stream: returned a {kind}, not a tensor of long ids")
+            return CheckResult(False, said.format(kind=type(ids).__name__))
+        said = _("✗ encode_stream: returned {dtype}, not a tensor of long ids")
+        return CheckResult(False, said.format(dtype=str(got)))
     return compare("encode_stream", encode_stream, solution_encode_stream, _docs,
                    MISTAKES, error_hints=ERRORS)  # fmt: skip

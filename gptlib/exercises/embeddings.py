@@ -4,6 +4,7 @@ of each id plus the position table's row of each place in the window, 0..n-1 wha
 import torch
 
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.language import N_
 
 __all__ = ["check_embed", "solution_embed"]
 
@@ -16,25 +17,28 @@ def solution_embed(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor) -> t
 
 
 MISTAKES = [
-    ("the positions are missing: your x is the token rows alone, so a token gets the same vector "
-     "wherever it stands in the window", lambda ids, wte, wpe: wte[ids]),
-    ("the position rows were chosen by the token ids (wpe[ids]): a token id is a symbol, not a "
-     "place in the window, so two equal letters at different places got the same position vector",
+    (N_("the positions are missing: your x is the token rows alone, so a token gets the same "
+        "vector wherever it stands in the window"), lambda ids, wte, wpe: wte[ids]),
+    (N_("the position rows were chosen by the token ids (wpe[ids]): a token id is a symbol, not a "
+        "place in the window, so two equal letters at different places got the same position "
+        "vector"),
      lambda ids, wte, wpe: wte[ids] + wpe[ids]),
-    ("the positions are off by one: the first token got row 1 of the position table and row 0 "
-     "was never used (the places were counted from 1)",
+    (N_("the positions are off by one: the first token got row 1 of the position table and row 0 "
+        "was never used (the places were counted from 1)"),
      lambda ids, wte, wpe: wte[ids] + wpe[1 : ids.size(1) + 1]),
-    ("your x is 2d wide: the token and position vectors were put side by side (concatenated) "
-     "rather than added, so every layer after them would have to be twice as wide",
+    (N_("your x is 2d wide: the token and position vectors were put side by side (concatenated) "
+        "rather than added, so every layer after them would have to be twice as wide"),
      lambda ids, wte, wpe: torch.cat([wte[ids], wpe[: ids.size(1)].expand_as(wte[ids])], -1)),
 ]  # fmt: skip
 ERRORS = [
-    ("must match the size of tensor", "the position rows you added do not line up with the "
-     "window: the check's windows hold n = 5 tokens, its position table has T = 7 rows"),
-    ("cannot be multiplied", "if you multiplied one-hot vectors by a table: a one-hot is as wide "
-     "as its num_classes, which without num_classes is max(ids) + 1, not the table's rows"),
-    ("dtype", "F.one_hot returns integers (torch.long), and a matrix product of integers with "
-     "the float table fails"),
+    ("must match the size of tensor", N_("the position rows you added do not line up with the "
+                                         "window: the check's windows hold n = 5 tokens, its "
+                                         "position table has T = 7 rows")),
+    ("cannot be multiplied", N_("if you multiplied one-hot vectors by a table: a one-hot is as "
+                                "wide as its num_classes, which without num_classes is "
+                                "max(ids) + 1, not the table's rows")),
+    ("dtype", N_("F.one_hot returns integers (torch.long), and a matrix product of integers with "
+                 "the float table fails")),
 ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ import torch
 from gptlib.config import textbook
 from gptlib.exercises.checking import CheckResult, compare, solved_by
 from gptlib.generate import filter_logits as library_filter_logits
+from gptlib.language import N_
 from gptlib.model import GPT
 
 __all__ = ["check_filter_logits", "check_sample_step", "solution_filter_logits",
@@ -48,20 +49,20 @@ def _filter(logits, top_k, top_p, *, k_shift=0, k_ties=True, p_ties=True, crossi
 
 
 FILTER_MISTAKES = [
-    ("top-k kept k - 1 tokens (off by one): the k-th largest logit of each row was removed too",
+    (N_("top-k kept k - 1 tokens (off by one): the k-th largest logit of each row was removed too"),
      partial(_filter, k_shift=-1)),
-    ("top-k kept k + 1 tokens (off by one): the (k+1)-th largest logit of each row survived",
+    (N_("top-k kept k + 1 tokens (off by one): the (k+1)-th largest logit of each row survived"),
      partial(_filter, k_shift=1)),
-    ("ties: top-k kept exactly k positions, so a token tied with the k-th largest was dropped",
+    (N_("ties: top-k kept exactly k positions, so a token tied with the k-th largest was dropped"),
      partial(_filter, k_ties=False)),
-    ("ties: top-p cut the nucleus by sorted position, so tokens tied with the last kept one were "
-     "dropped", partial(_filter, p_ties=False)),
-    ("top-p dropped the token whose probability crosses p: your nucleus stops short of p",
+    (N_("ties: top-p cut the nucleus by sorted position, so tokens tied with the last kept one "
+        "were dropped"), partial(_filter, p_ties=False)),
+    (N_("top-p dropped the token whose probability crosses p: your nucleus stops short of p"),
      partial(_filter, crossing=False)),
-    ("removed tokens were set to 0, and exp(0) = 1 still gives them probability: for the sampler "
-     "your filter removes almost nothing", partial(_filter, fill=0.0)),
-    ("you returned probabilities (a softmax of the filtered logits), where the filter returns "
-     "logits", lambda *a: _library_filter(*a).softmax(dim=-1)),
+    (N_("removed tokens were set to 0, and exp(0) = 1 still gives them probability: for the "
+        "sampler your filter removes almost nothing"), partial(_filter, fill=0.0)),
+    (N_("you returned probabilities (a softmax of the filtered logits), where the filter returns "
+        "logits"), lambda *a: _library_filter(*a).softmax(dim=-1)),
 ]  # fmt: skip
 
 
@@ -119,15 +120,17 @@ def _step(model, idx, temperature, top_k, top_p, generator, *, eval_mode=True, r
 
 
 STEP_MISTAKES = [
-    ("the model ran in training mode: with dropout on, each call thins the network at random, "
-     "a noisier distribution than the model's own (section 6)", partial(_step, eval_mode=False)),
-    ("the model came in in training mode and your step left it in eval mode: a loop that samples "
-     "between training steps would train on without dropout", partial(_step, restore=False)),
+    (N_("the model ran in training mode: with dropout on, each call thins the network at random, a "
+        "noisier distribution than the model's own (section 6)"), partial(_step, eval_mode=False)),
+    (N_("the model came in in training mode and your step left it in eval mode: a loop that "
+        "samples between training steps would train on without dropout"),
+     partial(_step, restore=False)),
 ]  # fmt: skip
 
 STEP_ERROR_HINTS = [
-    ("exceeds block_size", "the context was not cropped, so the model refused it"),
-    ("probability tensor contains", "temperature 0 was a division by zero, not greedy decoding"),
+    ("exceeds block_size", N_("the context was not cropped, so the model refused it")),
+    ("probability tensor contains",
+     N_("temperature 0 was a division by zero, not greedy decoding")),
 ]  # fmt: skip
 
 

@@ -2,13 +2,13 @@
 compared name by name with the reference (`gptlib.huggingface.gptlib_state_dict`, refused)."""
 
 from functools import partial
-from itertools import permutations
 
 import torch
 
 from gptlib.config import gpt2
 from gptlib.exercises.checking import CheckResult, compare, difference, solved_by
 from gptlib.huggingface import expected_hf_shapes, gptlib_name
+from gptlib.language import N_, _
 
 __all__ = ["check_to_gptlib", "solution_to_gptlib"]
 
@@ -26,7 +26,7 @@ def solution_to_gptlib(hf_state: dict) -> dict:
         if not name.startswith("h."):  # wte, wpe, ln_f and lm_head: no layout change
             state[tables.get(name, name)] = tensor
             continue
-        _, i, rest = name.split(".", 2)  # "h", the block's index, "attn.c_attn.weight"
+        _h, i, rest = name.split(".", 2)  # "h", the block's index, "attn.c_attn.weight"
         part, param = rest.rsplit(".", 1)
         if part in conv1d and param == "weight":
             tensor = tensor.t()  # [in, out] -> [out, in]; c_attn's q | k | v order stays
@@ -59,41 +59,58 @@ def _convert(hf_state, *, keep=(), qkv=(0, 1, 2), reshape=False, swap=("", "")):
 
 # fmt: off
 MISTAKES = [
-    ("blocks.i.attn.proj.weight is GPT-2's c_proj weight as stored, [in, out]: square, its "
-     "shape looks right either way, its numbers do not", partial(_convert, keep=("attn.proj",))),
-    ("the Conv1D weights were reshaped to [out, in]: the shapes are right but each row holds "
-     "numbers from several of GPT-2's columns", partial(_convert, reshape=True)),
-    ("mlp.fc and mlp.proj are swapped: mlp.fc holds GPT-2's c_proj, the MLP's second layer "
-     "(4d -> d), mlp.proj its c_fc, the first", partial(_convert, swap=("mlp.fc", "mlp.proj"))),
-    *[(f"attn.qkv holds q, k, v in the order {', '.join('qkv'[i] for i in order)}, where GPT-2's "
-       "c_attn and gptlib's qkv both hold q | k | v", partial(_convert, qkv=order))
-      for order in permutations(range(3)) if order != (0, 1, 2)],
+    (N_("blocks.i.attn.proj.weight is GPT-2's c_proj weight as stored, [in, out]: square, its "
+        "shape looks right either way, its numbers do not"),
+     partial(_convert, keep=("attn.proj",))),
+    (N_("the Conv1D weights were reshaped to [out, in]: the shapes are right but each row holds "
+        "numbers from several of GPT-2's columns"), partial(_convert, reshape=True)),
+    (N_("mlp.fc and mlp.proj are swapped: mlp.fc holds GPT-2's c_proj, the MLP's second layer "
+        "(4d -> d), mlp.proj its c_fc, the first"), partial(_convert, swap=("mlp.fc", "mlp.proj"))),
+    # one row per wrong order of q, k, v (every order but q, k, v itself)
+    (N_("attn.qkv holds q, k, v in the order q, v, k, where GPT-2's c_attn and gptlib's qkv both "
+        "hold q | k | v"), partial(_convert, qkv=(0, 2, 1))),
+    (N_("attn.qkv holds q, k, v in the order k, q, v, where GPT-2's c_attn and gptlib's qkv both "
+        "hold q | k | v"), partial(_convert, qkv=(1, 0, 2))),
+    (N_("attn.qkv holds q, k, v in the order k, v, q, where GPT-2's c_attn and gptlib's qkv both "
+        "hold q | k | v"), partial(_convert, qkv=(1, 2, 0))),
+    (N_("attn.qkv holds q, k, v in the order v, q, k, where GPT-2's c_attn and gptlib's qkv both "
+        "hold q | k | v"), partial(_convert, qkv=(2, 0, 1))),
+    (N_("attn.qkv holds q, k, v in the order v, k, q, where GPT-2's c_attn and gptlib's qkv both "
+        "hold q | k | v"), partial(_convert, qkv=(2, 1, 0))),
 ]
 # fmt: on
-BIAS = "a bias is 1-D, [out], in both libraries, and so is every norm's gain and bias"
+BIAS = N_("a bias is 1-D, [out], in both libraries, and so is every norm's gain and bias")
 ERROR_HINTS = [("Dimension out of range", BIAS), ("only supported on matrices", BIAS)]
 
 
 def _problem(got, want: dict, hf_state: dict) -> str:
     """What differs in the reader's state dict, named by the first tensor that differs."""
     if not isinstance(got, dict):
-        return f"it returned a {type(got).__name__}, where a dict of gptlib's names is expected"
+        said = _("it returned a {kind}, where a dict of gptlib's names is expected")
+        return said.format(kind=type(got).__name__)
     missing, extra = [k for k in want if k not in got], [str(k) for k in got if k not in want]
     if missing or extra:
-        return f"the names are not gptlib's: missing {missing[:3]}, unexpected {extra[:3]}"
+        said = _("the names are not gptlib's: missing {missing}, unexpected {extra}")
+        return said.format(missing=missing[:3], extra=extra[:3])
     source = {gptlib_name(k.removeprefix("transformer."))[0]: k for k in hf_state}
     for key, t in want.items():
         mine, hf = got[key], source[key]
         if getattr(mine, "shape", None) != t.shape:
             shape = list(getattr(mine, "shape", []))
             conv1d = gptlib_name(hf.removeprefix("transformer."))[1]  # GPT-2 keeps it [in, out]
-            layout = ", GPT-2's Conv1D layout," * (conv1d and shape == list(t.shape)[::-1])
-            return f"{key} is {shape}{layout} where gptlib's is {list(t.shape)} (from {hf})"
+            if conv1d and shape == list(t.shape)[::-1]:
+                said = _("{key} is {shape}, GPT-2's Conv1D layout, where gptlib's is {want} "
+                         "(from {hf})")  # fmt: skip
+            else:
+                said = _("{key} is {shape} where gptlib's is {want} (from {hf})")
+            return said.format(key=key, shape=shape, want=list(t.shape), hf=hf)
         if not torch.equal(mine, t):
             other = [k for k, u in want.items() if u.shape == t.shape and torch.equal(mine, u)]
             if other:
-                return f"{key} holds the numbers of {source[other[0]]}, which belong in {other[0]}"
-            return f"{key} differs from the reference ({difference(mine, t)}; from {hf})"
+                said = _("{key} holds the numbers of {source}, which belong in {other}")
+                return said.format(key=key, source=source[other[0]], other=other[0])
+            said = _("{key} differs from the reference ({difference}; from {hf})")
+            return said.format(key=key, difference=difference(mine, t), hf=hf)
     return ""
 
 
@@ -112,6 +129,7 @@ def check_to_gptlib(to_gptlib) -> CheckResult:
 
     result = compare("to_gptlib", tensors, _convert, _inputs, MISTAKES, trials=2,
                      error_hints=ERROR_HINTS, grads=False)  # fmt: skip
-    if result or not found or not found[-1] or any(result.message.endswith(h) for h, _ in MISTAKES):
+    slipped = any(result.message.endswith(_(h)) for h, _wrong in MISTAKES)  # a slip named
+    if result or not found or not found[-1] or slipped:
         return result
     return CheckResult(False, f"✗ to_gptlib: {found[-1]}")

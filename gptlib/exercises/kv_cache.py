@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from gptlib.config import textbook
 from gptlib.exercises.checking import CheckResult, compare, solved_by
 from gptlib.kvcache import KVCache
+from gptlib.language import N_
 from gptlib.model import GPT
 
 __all__ = ["check_decode_step", "solution_decode_step"]
@@ -62,14 +63,15 @@ def _decode(model, idx_new, cache, *, row0=False, append=True, causal=False, pre
 
 
 DECODE_MISTAKES = [
-    ("the new token read row 0 of the position table: each step's token is embedded as if it "
-     "stood at position 0, not at position past = cache.length", partial(_decode, row0=True)),
-    ("the new position attended only to the cached keys and was never stored: its own key and "
-     "value are missing from the attention and from the cache", partial(_decode, append=False)),
-    ("a causal mask on the single new query (is_causal=True, or the mask's first row) leaves it "
-     "only the first key, though every cached key lies in its past", partial(_decode, causal=True)),
-    ("the blocks were run pre-norm (x + attn(ln1(x))), where the `textbook` preset is post-norm: "
-     "each norm follows its residual addition", partial(_decode, pre_norm=True)),
+    (N_("the new token read row 0 of the position table: each step's token is embedded as if it "
+        "stood at position 0, not at position past = cache.length"), partial(_decode, row0=True)),
+    (N_("the new position attended only to the cached keys and was never stored: its own key and "
+        "value are missing from the attention and from the cache"), partial(_decode, append=False)),
+    (N_("a causal mask on the single new query (is_causal=True, or the mask's first row) leaves it "
+        "only the first key, though every cached key lies in its past"),
+     partial(_decode, causal=True)),
+    (N_("the blocks were run pre-norm (x + attn(ln1(x))), where the `textbook` preset is "
+        "post-norm: each norm follows its residual addition"), partial(_decode, pre_norm=True)),
 ]  # fmt: skip
 
 

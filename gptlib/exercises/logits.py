@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.language import N_
 
 __all__ = ["check_temperature_probs", "solution_temperature_probs"]
 
@@ -35,20 +36,20 @@ def _slip(logits, temperature, *, zero="greedy", multiply=False, all_greedy=Fals
 
 
 MISTAKES = [
-    ("rows whose temperature is 0 came out as the plain softmax, the distribution of τ = 1, not "
-     "the limit τ -> 0 (all the mass on the row's largest logit)", partial(_slip, zero="one")),
-    ("rows whose temperature is 0 hold inf or nan: they were divided by 0, where τ = 0 stands for "
-     "greedy decoding", partial(_slip, zero="divided")),
-    ("every row of the batch came out one-hot, the rows with τ > 0 too, because one row's "
-     "temperature was 0", partial(_slip, all_greedy=True)),
-    ("the logits were multiplied by the temperature: your distribution gets flatter as τ falls "
-     "and sharper as it rises, the opposite of a temperature", partial(_slip, multiply=True)),
+    (N_("rows whose temperature is 0 came out as the plain softmax, the distribution of τ = 1, not "
+        "the limit τ -> 0 (all the mass on the row's largest logit)"), partial(_slip, zero="one")),
+    (N_("rows whose temperature is 0 hold inf or nan: they were divided by 0, where τ = 0 stands "
+        "for greedy decoding"), partial(_slip, zero="divided")),
+    (N_("every row of the batch came out one-hot, the rows with τ > 0 too, because one row's "
+        "temperature was 0"), partial(_slip, all_greedy=True)),
+    (N_("the logits were multiplied by the temperature: your distribution gets flatter as τ falls "
+        "and sharper as it rises, the opposite of a temperature"), partial(_slip, multiply=True)),
 ]  # fmt: skip
 ERROR_HINTS = [
     ("Boolean value of Tensor with more than one value is ambiguous",
-     "a Python `if` met the tensor of B temperatures, one truth value per row"),
+     N_("a Python `if` met the tensor of B temperatures, one truth value per row")),
     ("must match the size of tensor b",
-     "the B temperatures were lined up with the V columns of the logits, not with the B rows"),
+     N_("the B temperatures were lined up with the V columns of the logits, not with the B rows")),
 ]  # fmt: skip
 
 

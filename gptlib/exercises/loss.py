@@ -7,6 +7,7 @@ from functools import partial
 import torch
 
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.language import N_
 
 __all__ = ["check_lm_loss", "check_log_softmax", "solution_lm_loss", "solution_log_softmax"]
 IGNORE_INDEX = -100
@@ -38,37 +39,39 @@ def _lm(logits, labels, *, shift=True, total=False, all_count=False, naive=False
 
 # fmt: off
 LOG_SOFTMAX_MISTAKES = [  # each wrong log_softmax(x, dim=-1) in one lambda
-    ("no maximum was taken away before exp: exp(logits) overflows to inf near 400 and underflows "
-     "to 0 near -400, and inf / inf or 0 / 0 is nan there",
+    (N_("no maximum was taken away before exp: exp(logits) overflows to inf near 400 and "
+        "underflows to 0 near -400, and inf / inf or 0 / 0 is nan there"),
      lambda x, dim=-1: (x.exp() / x.exp().sum(dim, keepdim=True)).log()),
-    ("no maximum was taken away before exp: exp(logits) overflows to inf near 400 and underflows "
-     "to 0 near -400, so your log-sum-exp is inf or -inf there",
+    (N_("no maximum was taken away before exp: exp(logits) overflows to inf near 400 and "
+        "underflows to 0 near -400, so your log-sum-exp is inf or -inf there"),
      lambda x, dim=-1: x - x.exp().sum(dim, keepdim=True).log()),
-    ("softmax and then log, in two steps: a probability below about 1e-45 rounds to 0, so your "
-     "output is -inf for the very unlikely token of each slice",
+    (N_("softmax and then log, in two steps: a probability below about 1e-45 rounds to 0, so your "
+        "output is -inf for the very unlikely token of each slice"),
      lambda x, dim=-1: x.softmax(dim).log()),
-    ("your output is normalised along the last axis whatever dim says: with dim=0, or dim=1 of a "
-     "3-D tensor, your slices along dim do not sum to 1", lambda x, dim=-1: x.log_softmax(-1)),
-    ("the maximum was taken over the last axis whatever dim says: where dim is another axis, the "
-     "entries of one slice along dim are shifted by different amounts, so its values change",
+    (N_("your output is normalised along the last axis whatever dim says: "
+        "with dim=0, or dim=1 of a 3-D tensor, your slices along dim do not "
+        "sum to 1"), lambda x, dim=-1: x.log_softmax(-1)),
+    (N_("the maximum was taken over the last axis whatever dim says: where dim is another axis, "
+        "the entries of one slice along dim are shifted by different amounts, so its values "
+        "change"),
      lambda x, dim=-1: (x - x.amax(-1, keepdim=True)) - (x - x.amax(-1, keepdim=True)).exp()
      .sum(dim, keepdim=True).log()),
 ]
-LOST_AXIS = [("must match the size of tensor b", "a maximum or a sum along dim lost that axis")]
+LOST_AXIS = [("must match the size of tensor b", N_("a maximum or a sum along dim lost that axis"))]
 LM_LOSS_MISTAKES = [
-    ("no shift: position t's logits are scored against labels[:, t], the token that position "
-     "already reads, so your loss rewards copying the input", partial(_lm, shift=False)),
-    ("the losses are summed: your value grows with the number of counted positions",
+    (N_("no shift: position t's logits are scored against labels[:, t], the token that position "
+        "already reads, so your loss rewards copying the input"), partial(_lm, shift=False)),
+    (N_("the losses are summed: your value grows with the number of counted positions"),
      partial(_lm, total=True)),
-    ("the ignored (-100) positions are counted in the denominator: your mean is too small by the "
-     "share of ignored labels", partial(_lm, all_count=True)),
-    ("exp(logits) overflows for logits above about 88 and inf / inf is nan: your loss is nan on "
-     "the large logits", partial(_lm, naive=True)),
-    ("the ignored labels (-100) were turned into token 0: those padding positions are scored as "
-     "if token 0 came next, and counted in the mean", partial(_lm, pad=True)),
+    (N_("the ignored (-100) positions are counted in the denominator: your mean is too small by "
+        "the share of ignored labels"), partial(_lm, all_count=True)),
+    (N_("exp(logits) overflows for logits above about 88 and inf / inf is nan: your loss is nan on "
+        "the large logits"), partial(_lm, naive=True)),
+    (N_("the ignored labels (-100) were turned into token 0: those padding positions are scored as "
+        "if token 0 came next, and counted in the mean"), partial(_lm, pad=True)),
 ]
 # fmt: on
-IGNORE_HINT = "a label of -100, which marks a position to leave out, was used as a token id"
+IGNORE_HINT = N_("a label of -100, which marks a position to leave out, was used as a token id")
 
 
 def _log_softmax_inputs(g: torch.Generator) -> tuple:

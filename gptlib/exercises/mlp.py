@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from gptlib.config import textbook
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.language import N_
 from gptlib.mlp import MLP
 
 __all__ = ["check_mlp", "solution_mlp"]
@@ -18,18 +19,20 @@ def solution_mlp(x, w_fc, w_proj, activation):
 
 
 MISTAKES = [
-    ("the activation is missing: nothing happens between the two layers, so they collapse into a "
-     "single d x d matrix and your output is linear in x", lambda x, a, b, act: x @ a.T @ b.T),
-    ("the activation comes after the second layer: your output went through it, and the hidden "
-     "[B, n, 4d] tensor between the two layers did not", lambda x, a, b, act: act(x @ a.T @ b.T)),
-    ("your output is ReLU's whatever activation is passed: the ReLU trials pass and the GELU "
-     "trials come out wrong", lambda x, a, b, act: F.relu(x @ a.T) @ b.T),
-    ("the two weight tables play swapped roles: the shapes happen to fit, but your first layer "
-     "used w_proj and the second w_fc", lambda x, a, b, act: act(x @ b) @ a),
+    (N_("the activation is missing: nothing happens between the two layers, so they collapse "
+        "into a single d x d matrix and your output is linear in x"),
+     lambda x, a, b, act: x @ a.T @ b.T),
+    (N_("the activation comes after the second layer: your output went "
+        "through it, and the hidden [B, n, 4d] tensor between the two layers "
+        "did not"), lambda x, a, b, act: act(x @ a.T @ b.T)),
+    (N_("your output is ReLU's whatever activation is passed: the ReLU trials pass and the GELU "
+        "trials come out wrong"), lambda x, a, b, act: F.relu(x @ a.T) @ b.T),
+    (N_("the two weight tables play swapped roles: the shapes happen to fit, but your first layer "
+        "used w_proj and the second w_fc"), lambda x, a, b, act: act(x @ b) @ a),
 ]  # fmt: skip
 ERRORS = [
-    ("cannot be multiplied", "the weights are in nn.Linear's [out, in] layout: w_fc is [4d, d] "
-     "(the layer that widens d to 4d) and w_proj is [d, 4d]"),
+    ("cannot be multiplied", N_("the weights are in nn.Linear's [out, in] layout: w_fc is [4d, d] "
+                                "(the layer that widens d to 4d) and w_proj is [d, 4d]")),
 ]  # fmt: skip
 
 

@@ -4,6 +4,7 @@ i*d_h..(i+1)*d_h-1, and its inverse `merge_heads(y)`, [B, h, n, d_h] -> [B, n, d
 import torch
 
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.language import N_
 
 __all__ = ["check_merge_heads", "check_split_heads", "solution_merge_heads", "solution_split_heads"]
 
@@ -22,24 +23,25 @@ def solution_merge_heads(y: torch.Tensor) -> torch.Tensor:
 
 
 SPLIT_MISTAKES = [
-    ("the shape is right but the contents are not: position 1 of head 0 holds features "
-     "d_h .. 2*d_h - 1 of position 0, so each of your heads holds every feature of a few "
-     "positions (a reshape or view straight to [B, h, n, d_h] reads the numbers in memory order)",
+    (N_("the shape is right but the contents are not: position 1 of head 0 holds features d_h .. "
+        "2*d_h - 1 of position 0, so each of your heads holds every feature of a few positions (a "
+        "reshape or view straight to [B, h, n, d_h] reads the numbers in memory order)"),
      lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1)),
-    ("your output is [B, n, h, d_h]: each head has its own d_h features, but the positions still "
-     "come before the heads, so attention would treat one position's h heads as its sequence",
+    (N_("your output is [B, n, h, d_h]: each head has its own d_h features, but the positions "
+        "still come before the heads, so attention would treat one position's h heads as its "
+        "sequence"),
      lambda x, h: x.reshape(*x.shape[:2], h, -1)),
-    ("head 0 holds features 0, h, 2h, ... (feature f went to head f % h): the features were dealt "
-     "out to the heads in turn, not cut into consecutive slices of d_h",
+    (N_("head 0 holds features 0, h, 2h, ... (feature f went to head f % h): the features were "
+        "dealt out to the heads in turn, not cut into consecutive slices of d_h"),
      lambda x, h: x.reshape(*x.shape[:2], -1, h).permute(0, 3, 1, 2)),
 ]  # fmt: skip
 MERGE_MISTAKES = [
-    ("the shape is right but the contents are not: output position 0 is made of several "
-     "positions of head 0 glued end to end, not of position 0 of every head (a reshape or view "
-     "straight to [B, n, d] reads the heads in memory order)",
+    (N_("the shape is right but the contents are not: output position 0 is made of several "
+        "positions of head 0 glued end to end, not of position 0 of every head (a reshape or view "
+        "straight to [B, n, d] reads the heads in memory order)"),
      lambda y: y.reshape(y.shape[0], y.shape[2], -1)),
-    ("the heads' features are interleaved: feature j of head i landed at j*h + i, not at "
-     "i*d_h + j", lambda y: y.permute(0, 2, 3, 1).reshape(y.shape[0], y.shape[2], -1)),
+    (N_("the heads' features are interleaved: feature j of head i landed at j*h + i, not at "
+        "i*d_h + j"), lambda y: y.permute(0, 2, 3, 1).reshape(y.shape[0], y.shape[2], -1)),
 ]  # fmt: skip
 
 

@@ -6,6 +6,7 @@ import torch
 from gptlib.config import microgpt, textbook
 from gptlib.exercises.checking import CheckResult, compare, solved_by
 from gptlib.exercises.residual import autograd_refusal, calls_autograd, variant
+from gptlib.language import N_
 from gptlib.model import Block
 from gptlib.norms import RMSNorm
 
@@ -26,17 +27,18 @@ def _rms(x, gain, eps=1e-5, *, dim=-1, eps_out=False, centre=False, gained=True)
 
 
 RMSNORM_MISTAKES = [
-    ("only your near-zero token is off, at about full size: that is adding eps after the square "
-     "root, sqrt(mean(x^2)) + eps", variant(_rms, "eps_outside_the_root", eps_out=True)),
-    ("each of your tokens comes out with mean 0 over its features: the mean was subtracted "
-     "first, as LayerNorm does", variant(_rms, "mean_subtracted", centre=True)),
-    ("the mean square was taken over the tokens (dim=-2), not over each token's d features",
+    (N_("only your near-zero token is off, at about full size: that is adding eps after the square "
+        "root, sqrt(mean(x^2)) + eps"), variant(_rms, "eps_outside_the_root", eps_out=True)),
+    (N_("each of your tokens comes out with mean 0 over its features: the mean was subtracted "
+        "first, as LayerNorm does"), variant(_rms, "mean_subtracted", centre=True)),
+    (N_("the mean square was taken over the tokens (dim=-2), not over each token's d features"),
      variant(_rms, "over_the_tokens", dim=-2)),
-    ("the mean square was taken over the first axis, not over each token's d features: a token "
-     "then depends on the other sequences of the batch", variant(_rms, "over_the_first_axis", dim=0)),
-    ("one mean square for the whole tensor: every token is divided by the same number, so the "
-     "near-zero token stays near zero", variant(_rms, "over_the_whole_tensor", dim=None)),
-    ("the gain is not used: every feature of your output is at the same scale",
+    (N_("the mean square was taken over the first axis, not over each "
+        "token's d features: a token then depends on the other sequences of "
+        "the batch"), variant(_rms, "over_the_first_axis", dim=0)),
+    (N_("one mean square for the whole tensor: every token is divided by the same number, so the "
+        "near-zero token stays near zero"), variant(_rms, "over_the_whole_tensor", dim=None)),
+    (N_("the gain is not used: every feature of your output is at the same scale"),
      variant(_rms, "no_gain", gained=False)),
 ]  # fmt: skip
 
@@ -85,33 +87,33 @@ def _block(x, sublayers, *, post, res=True, on_output=False, from_input=False,
 
 
 _BOTH = [  # (message, switches of _block): the same slips in either placement
-    ("the residual is missing: your stream after each sublayer is that sublayer's output alone",
+    (N_("the residual is missing: your stream after each sublayer is that sublayer's output alone"),
      dict(res=False)),
-    ("every sublayer reads the block's input x, not the stream the sublayers before it left",
+    (N_("every sublayer reads the block's input x, not the stream the sublayers before it left"),
      dict(from_input=True)),
-    ("the norm was applied to what each sublayer returned, x + norm(f(x)) (unpacking each pair "
-     "as (f, norm) gives the same)", dict(on_output=True)),
-    ("only the first two sublayers ran: for a stack of blocks your output is what the first "
-     "block alone gives", dict(pick=slice(2))),
-    ("the sublayers ran from the last to the first: the last MLP first",
+    (N_("the norm was applied to what each sublayer returned, x + norm(f(x)) (unpacking each pair "
+        "as (f, norm) gives the same)"), dict(on_output=True)),
+    (N_("only the first two sublayers ran: for a stack of blocks your output is what the first "
+        "block alone gives"), dict(pick=slice(2))),
+    (N_("the sublayers ran from the last to the first: the last MLP first"),
      dict(pick=slice(None, None, -1))),
 ]  # fmt: skip
 PRE_MISTAKES = [
-    ("your output equals post-norm's, norm(x + f(x)): every sum was normalised, while a "
-     "pre-norm stream grows as the sums add up", solution_post_norm_block),
-    ("the stream itself was normalised (x = norm(x), then x + f(x)): the raw stream never "
-     "reaches the output", variant(_block, "stream_normed", post=False, stream_normed=True)),
+    (N_("your output equals post-norm's, norm(x + f(x)): every sum was normalised, while a "
+        "pre-norm stream grows as the sums add up"), solution_post_norm_block),
+    (N_("the stream itself was normalised (x = norm(x), then x + f(x)): the raw stream never "
+        "reaches the output"), variant(_block, "stream_normed", post=False, stream_normed=True)),
     *((m, variant(_block, f"pre_{i}", post=False, **s)) for i, (m, s) in enumerate(_BOTH)),
 ]  # fmt: skip
 POST_MISTAKES = [
-    ("the last sum is not normalised: every earlier sum went through its norm, but your output "
-     "is the last sum as it is", variant(_block, "last_raw", post=True, last_raw=True)),
-    ("that is pre-norm, x + f(norm(x)): your sublayers read normalised copies and your sums are "
-     "left as they are", solution_pre_norm_block),
+    (N_("the last sum is not normalised: every earlier sum went through its norm, but your output "
+        "is the last sum as it is"), variant(_block, "last_raw", post=True, last_raw=True)),
+    (N_("that is pre-norm, x + f(norm(x)): your sublayers read normalised copies and your sums are "
+        "left as they are"), solution_pre_norm_block),
     *((m, variant(_block, f"post_{i}", post=True, **s)) for i, (m, s) in enumerate(_BOTH)),
 ]  # fmt: skip
-ERROR_HINTS = [(e, "your function handles exactly two (norm, f) pairs, one block; the check "
-                "also hands it stacks of two and three blocks, 4 and 6 pairs")
+ERROR_HINTS = [(e, N_("your function handles exactly two (norm, f) pairs, one block; the check "
+                      "also hands it stacks of two and three blocks, 4 and 6 pairs"))
                for e in ("too many values to unpack", "list index out of range")]  # fmt: skip
 
 
@@ -164,13 +166,14 @@ def _bw(x, weight, grad_out, eps, *, through_rms=1.0, mean=True, eps_out=False, 
 
 
 BACKWARD_MISTAKES = [
-    ("grad_x treats the RMS as a constant: the path through rms itself, which depends on x too, "
-     "is missing", variant(_bw, "rms_constant", through_rms=0.0)),
-    ("the part of grad_x that goes through rms is d times too large, a sum over the d features "
-     "where there is an average", variant(_bw, "sum_not_mean", mean=False)),
-    ("your gradients are off for the near-zero token only, as they are with eps added after the "
-     "square root", variant(_bw, "eps_outside", eps_out=True)),
-    ("the gain is missing from grad_x: yours is what grad_x would be with every gain equal to 1",
+    (N_("grad_x treats the RMS as a constant: the path through rms itself, which depends on x too, "
+        "is missing"), variant(_bw, "rms_constant", through_rms=0.0)),
+    (N_("the part of grad_x that goes through rms is d times too large, a sum over the d features "
+        "where there is an average"), variant(_bw, "sum_not_mean", mean=False)),
+    (N_("your gradients are off for the near-zero token only, as they are with eps added after the "
+        "square root"), variant(_bw, "eps_outside", eps_out=True)),
+    (N_("the gain is missing from grad_x: yours is what grad_x would be with every gain "
+        "equal to 1"),
      variant(_bw, "no_gain", gained=False)),
 ]  # fmt: skip
 

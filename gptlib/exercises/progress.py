@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import threading
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +23,13 @@ import torch
 
 from gptlib.exercises import yours
 from gptlib.exercises.table import EXERCISES, Exercise
+from gptlib.language import N_, _
 
 __all__ = ["progress"]
 
 
-SOLVED, NOT_WRITTEN, FAILS = "solved", "not written yet", "fails"
+# The states, kept in English and shown in the language in use.
+SOLVED, NOT_WRITTEN, FAILS = N_("solved"), N_("not written yet"), N_("fails")
 
 
 @dataclass
@@ -41,7 +44,9 @@ class Row:
 
     @property
     def shown(self) -> str:
-        return f"{self.state}: {self.detail}" if self.detail else self.state
+        if not self.detail:
+            return _(self.state)
+        return _("{state}: {detail}").format(state=_(self.state), detail=self.detail)
 
 
 class _TookTooLong(BaseException):
@@ -72,7 +77,7 @@ def _verdict(exercise: Exercise, where: Path, timeout: float | None) -> tuple[st
 
     fn, why = yours.load(exercise.check.removeprefix("check_"), where)
     if fn is None:
-        return (NOT_WRITTEN, "") if why == "not solved yet" else (FAILS, why)
+        return (NOT_WRITTEN, "") if why == _(yours.NOT_SOLVED) else (FAILS, why)
     dtype = torch.get_default_dtype()
     quiet = io.StringIO()
     try:
@@ -85,15 +90,16 @@ def _verdict(exercise: Exercise, where: Path, timeout: float | None) -> tuple[st
         ):
             result = getattr(ex, exercise.check)(fn)
     except _TookTooLong:
-        return FAILS, f"took longer than {timeout:g} s; is there a loop that never ends?"
+        said = _("took longer than {timeout} s; is there a loop that never ends?")
+        return FAILS, said.format(timeout=f"{timeout:g}")
     except Exception as e:  # noqa: BLE001  (the check itself broke on the reader's output)
-        return FAILS, f"the check raised {type(e).__name__}: {e}"
+        return FAILS, _("the check raised {kind}: {error}").format(kind=type(e).__name__, error=e)
     finally:
         torch.set_default_dtype(dtype)
     if result:
         return SOLVED, ""
     lines = [line.strip() for line in str(result.message).splitlines() if line.strip()]
-    first = re.sub(r"^✗ (\w+: )?", "", lines[0] if lines else "")  # the row names the exercise
+    first = re.sub(r"^✗ (\w+[:：] ?)?", "", lines[0] if lines else "")  # the row names the exercise
     return FAILS, " ".join([first, *lines[1:]])
 
 
@@ -103,7 +109,8 @@ def _package(folder: str | os.PathLike | None) -> Path:
         return yours.folder()
     path = Path(folder)
     if not path.is_dir():
-        raise FileNotFoundError(f"no folder {path}: give the folder your pieces are kept in")
+        said = _("no folder {path}: give the folder your pieces are kept in")
+        raise FileNotFoundError(said.format(path=path))
     return path / yours.PACKAGE if (path / yours.PACKAGE).is_dir() else path
 
 
@@ -113,30 +120,36 @@ def collect(folder: str | os.PathLike | None = None, timeout: float = 60.0) -> l
     return [Row(e, *_verdict(e, where, timeout)) for e in EXERCISES]
 
 
+def _columns(text: str) -> int:
+    """The columns `text` takes on screen: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def format_table(rows: list[Row]) -> str:
     """The rows as aligned text, with a closing line that counts them."""
-    header = ("notebook", "exercise", "difficulty", "minutes", "state")
+    header = (_("notebook"), _("exercise"), _("difficulty"), _("minutes"), _("state"))
+    optional = _(" (optional)")
     body = [
         (
             r.exercise.notebook,
-            r.name + (" (optional)" if r.exercise.optional else ""),
+            r.name + (optional if r.exercise.optional else ""),
             "★" * r.exercise.stars,
             str(r.exercise.minutes),
             r.shown,
         )
         for r in rows
     ]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(4)]
+    widths = [max(_columns(line[i]) for line in [header, *body]) for i in range(4)]
+    pad = lambda cell, w: cell + " " * (w - _columns(cell))  # noqa: E731  (ljust, by columns)
     lines = [
-        "  ".join([*(cell.ljust(w) for cell, w in zip(line[:4], widths, strict=True)), line[4]])
+        "  ".join([*(pad(cell, w) for cell, w in zip(line[:4], widths, strict=True)), line[4]])
         for line in [header, *body]
     ]
     solved = [r for r in rows if r.state == SOLVED]
     left = sum(r.exercise.minutes for r in rows if r.state != SOLVED and not r.exercise.optional)
-    lines.append(
-        f"{len(solved)} of {len(rows)} exercises solved; the required ones left take about "
-        f"{left} minutes"
-    )
+    said = _("{solved} of {total} exercises solved; the required ones left take about "
+             "{left} minutes")  # fmt: skip
+    lines.append(said.format(solved=len(solved), total=len(rows), left=left))
     return "\n".join(lines)
 
 
@@ -145,5 +158,5 @@ def progress(folder: str | os.PathLike | None = None, timeout: float = 60.0) -> 
     (default `notebooks/yourgpt/`), each kept function checked again."""
     where = _package(folder)
     rows = collect(where, timeout)
-    print(f"Your pieces in {where.resolve()}\n")
+    print(_("Your pieces in {path}").format(path=where.resolve()) + "\n")
     print(format_table(rows))

@@ -4,6 +4,7 @@ of W_Q, then W_K, then W_V) cut into q, k, v; a list of three passes as the tupl
 import torch
 
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.language import N_
 
 __all__ = ["check_qkv_split", "solution_qkv_split"]
 
@@ -22,19 +23,19 @@ def _swapped(x, w_qkv):
 
 
 MISTAKES = [
-    ("each [d, d] part of the weight multiplied x as it is stored, x @ W: nn.Linear keeps its "
-     "weight as [out, in], so your feature j is x times column j of the part instead of row j; "
-     "the shapes fit but every value of q, k and v is wrong",
+    (N_("each [d, d] part of the weight multiplied x as it is stored, x @ W: nn.Linear keeps its "
+        "weight as [out, in], so your feature j is x times column j of the part instead of row j; "
+        "the shapes fit but every value of q, k and v is wrong"),
      lambda x, w: tuple(x @ part for part in w.split(x.size(-1)))),
-    ("q and k come out swapped: what you return as q are the keys, made by rows d..2d-1 of the "
-     "weight, and what you return as k are the queries", _swapped),
-    ("you cut along the positions (dim 1), so each of your q, k, v holds a third of the "
-     "positions with all 3d features, queries, keys and values together",
+    (N_("q and k come out swapped: what you return as q are the keys, made by rows d..2d-1 of the "
+        "weight, and what you return as k are the queries"), _swapped),
+    (N_("you cut along the positions (dim 1), so each of your q, k, v holds a third of the "
+        "positions with all 3d features, queries, keys and values together"),
      lambda x, w: tuple((x @ w.T).chunk(3, dim=1))),
 ]  # fmt: skip
 ERRORS = [
-    ("cannot be multiplied", "w_qkv is [3d, d], nn.Linear's [out, in] layout, and x [B, n, d] "
-     "cannot multiply it as it is stored"),
+    ("cannot be multiplied", N_("w_qkv is [3d, d], nn.Linear's [out, in] layout, and x [B, n, d] "
+                                "cannot multiply it as it is stored")),
 ]  # fmt: skip
 
 

@@ -9,6 +9,7 @@ import textwrap
 import torch
 
 from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.language import N_, _
 
 __all__ = ["check_stack_gradients", "solution_stack_gradients"]
 
@@ -46,26 +47,26 @@ def _stack(jacobians, grad_top, residual, *, res=None, column=False, ones=False,
 
 
 MISTAKES = [
-    ("each layer multiplied the Jacobian by the gradient as a column, J @ g: your gradient sums "
-     "over the layer's inputs, not its outputs", variant(_stack, "untransposed", column=True)),
-    ("the stacks without a residual come out as if they had one: your gradient keeps its size "
-     "through the plain layers", variant(_stack, "always_residual", res=True)),
-    ("the residual stacks come out as if they had none: the identity path of x + f(x) is "
-     "missing from every layer's Jacobian", variant(_stack, "never_residual", res=False)),
-    ("the residual layers added 1 to every entry of J_l, not only where output feature i is "
-     "input feature i", variant(_stack, "ones_not_identity", ones=True)),
-    ("the chain was taken from layer 0 upwards: the gradient from the top passes through the "
-     "last layer first", variant(_stack, "bottom_up", upward=True)),
-    ("the rows are in reverse: your row 0 is the gradient at the top layer's input",
+    (N_("each layer multiplied the Jacobian by the gradient as a column, J @ g: your gradient sums "
+        "over the layer's inputs, not its outputs"), variant(_stack, "untransposed", column=True)),
+    (N_("the stacks without a residual come out as if they had one: your gradient keeps its size "
+        "through the plain layers"), variant(_stack, "always_residual", res=True)),
+    (N_("the residual stacks come out as if they had none: the identity path of x + f(x) is "
+        "missing from every layer's Jacobian"), variant(_stack, "never_residual", res=False)),
+    (N_("the residual layers added 1 to every entry of J_l, not only where output feature i is "
+        "input feature i"), variant(_stack, "ones_not_identity", ones=True)),
+    (N_("the chain was taken from layer 0 upwards: the gradient from the top passes through the "
+        "last layer first"), variant(_stack, "bottom_up", upward=True)),
+    (N_("the rows are in reverse: your row 0 is the gradient at the top layer's input"),
      variant(_stack, "top_first", flip=True)),
-    ("each row is one layer too high: your row l is the gradient at layer l's output (the last "
-     "row is grad_top itself)", variant(_stack, "outputs_not_inputs", shift=True)),
+    (N_("each row is one layer too high: your row l is the gradient at layer l's output (the last "
+        "row is grad_top itself)"), variant(_stack, "outputs_not_inputs", shift=True)),
 ]  # fmt: skip
 
 
 def _inputs(g: torch.Generator):  # layers, residual: one trial of each per seed
     n_layer, residual = ((4, True), (5, False), (3, True), (6, False))[g.initial_seed() % 4]
-    jacobians = [torch.randn(5, 5, generator=g, dtype=torch.float64) / 2 for _ in range(n_layer)]
+    jacobians = [torch.randn(5, 5, generator=g, dtype=torch.float64) / 2 for _i in range(n_layer)]
     return jacobians, torch.randn(5, generator=g, dtype=torch.float64), residual
 
 
@@ -94,8 +95,9 @@ def calls_autograd(fn) -> bool:
 
 def autograd_refusal(name: str) -> CheckResult:
     """What a check of a hand-derived gradient says to a function that calls autograd."""
-    why = "calls autograd (torch.autograd, .backward() or torch.func), which computes the whole"
-    return CheckResult(False, f"✗ {name}: write this one by hand: it {why} exercise")
+    said = _("✗ {name}: write this one by hand: it calls autograd (torch.autograd, .backward() "
+             "or torch.func), which computes the whole exercise")  # fmt: skip
+    return CheckResult(False, said.format(name=name))
 
 
 @solved_by(solution_stack_gradients)

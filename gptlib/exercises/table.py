@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from gptlib.language import N_
+
 __all__: list[str] = []  # used as a module: `from gptlib.exercises import table`
 
 
 class Refusal(NamedTuple):
     path: str  # where the library keeps it: "torch.nn.functional.scaled_dot_product_attention"
     shown: str = ""  # how the message names it ("F.scaled_dot_product_attention"); "" is path
-    does: str = "does the whole exercise"  # the message ends "..., which <does>"
+    does: str = N_("does the whole exercise")  # the message ends "..., which <does>"
 
     @property
     def named(self) -> str:
@@ -51,12 +53,12 @@ _ATTENTION_MODULE = R(
 _BLOCK = R(
     "gptlib.model.Block.forward",
     "Block.forward (block(x))",
-    "runs the whole block; go through its parts yourself",
+    N_("runs the whole block; go through its parts yourself"),
 )
 _MODEL = R(
     "gptlib.model.GPT.forward",
     "GPT.forward (model(idx))",
-    "runs the whole model; go through its parts yourself",
+    N_("runs the whole model; go through its parts yourself"),
 )
 _NEXT_TOKEN_PROBS = R("gptlib.generate.next_token_probs")
 _PICK_NEXT = R("gptlib.generate.pick_next")
@@ -90,21 +92,21 @@ EXERCISES: tuple[Exercise, ...] = (
         R("torch.special.log_softmax"),
         R("torch.nn.functional.cross_entropy",
           "F.cross_entropy",
-          "computes the log-softmax for you"),
+          N_("computes the log-softmax for you")),
     )),
     Exercise("check_lm_loss", "09", 2, 25, refusals=(
         R("gptlib.model.GPT.loss",
           "GPT.loss",
-          "does the whole exercise (the shift, the -100 labels, the mean)"),
+          N_("does the whole exercise (the shift, the -100 labels, the mean)")),
         R("torch.nn.functional.cross_entropy",
           "F.cross_entropy",
-          "picks the label's log-probability and takes the mean for you"),
+          N_("picks the label's log-probability and takes the mean for you")),
         R("torch.nn.functional.nll_loss",
           "F.nll_loss",
-          "picks the label's log-probability and takes the mean for you"),
+          N_("picks the label's log-probability and takes the mean for you")),
         R("gptlib.model.GPT.forward",
           "GPT.forward (model(idx, labels))",
-          "computes the loss with GPT.loss, the whole exercise"),
+          N_("computes the loss with GPT.loss, the whole exercise")),
     )),
     Exercise("check_train_loop", "10", 3, 35, refusals=(R("gptlib.train.train"),)),
     Exercise("check_adamw_step", "10", 3, 30, optional=True, refusals=(
@@ -136,7 +138,7 @@ EXERCISES: tuple[Exercise, ...] = (
         _BLOCK,
         R("gptlib.attention.CausalSelfAttention.forward",
           "CausalSelfAttention.forward (attn(x, cache))",
-          "runs the whole attention; write it with attn.qkv, cache.update and attn.proj"),
+          N_("runs the whole attention; write it with attn.qkv, cache.update and attn.proj")),
         _GENERATE,
     )),
     Exercise("check_gpt_forward", "14", 2, 20, reports="forward", refusals=(_MODEL, _BLOCK)),
@@ -163,13 +165,13 @@ EXERCISES: tuple[Exercise, ...] = (
     )),
     Exercise("check_merge", "15", 2, 15, refusals=(R("gptlib.bpe.merge_pair"),)),
     Exercise("check_learn_merges", "15", 3, 30, optional=True, refusals=(
-        R("gptlib.bpe.train_bpe", "", "learns the merges, the whole exercise"),
+        R("gptlib.bpe.train_bpe", "", N_("learns the merges, the whole exercise")),
     )),
     Exercise("check_to_gptlib", "16", 2, 20, refusals=(
         R("gptlib.huggingface.gptlib_state_dict"),
         R("gptlib.huggingface.gptlib_name",
           "",
-          "renames every tensor and says which to transpose, the whole exercise"),
+          N_("renames every tensor and says which to transpose, the whole exercise")),
     )),
 )
 # fmt: on

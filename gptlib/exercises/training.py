@@ -9,6 +9,7 @@ import torch
 from gptlib.config import textbook
 from gptlib.data import sample_batch
 from gptlib.exercises.checking import compare, solved_by
+from gptlib.language import N_
 from gptlib.model import GPT
 from gptlib.train import estimate_loss, learning_rate, make_optimizer, train
 
@@ -245,70 +246,76 @@ def check_clip_grad_norm(clip_grad_norm):
 
 # The slips each check names: one row each, a wrong version by its keyword switches.
 LOOP_MISTAKES = [
-    ("without zero_grad the gradients add up: from the second step on, each update follows the "
-     "sum of all the batches so far, not the current batch", partial(_loop, order="bcs")),
-    ("the weights never moved: every p.grad was empty when optimizer.step() ran (zero_grad came "
-     "between loss.backward() and the step)", partial(_loop, order="bzcs")),
-    ("optimizer.step() runs before loss.backward(): every update uses the gradient of the "
-     "previous batch, and the first step has none", partial(_loop, order="szbc")),
-    ("the gradient is not clipped before the update: clip_grad_norm_ is missing, or comes after "
-     "optimizer.step(), when the update is already made", partial(_loop, order="zbs")),
-    ("each parameter's gradient was clipped on its own to the norm clip: your updates are larger "
-     "than those of one factor for all the gradients together", partial(_loop, each=True)),
-    ("the learning rate never changes: every step used the optimizer's initial rate, with no "
-     "warmup and no cosine", partial(_loop, lr=None)),
-    ("after the warmup your learning rate stays at max_lr, where the reference's falls along a "
-     "cosine: the later updates are too large", partial(_loop, lr="constant")),
-    ("every step trained on the same batch: the generator is seeded again inside the loop",
+    (N_("without zero_grad the gradients add up: from the second step on, each update follows the "
+        "sum of all the batches so far, not the current batch"), partial(_loop, order="bcs")),
+    (N_("the weights never moved: every p.grad was empty when optimizer.step() ran (zero_grad came "
+        "between loss.backward() and the step)"), partial(_loop, order="bzcs")),
+    (N_("optimizer.step() runs before loss.backward(): every update uses the gradient of the "
+        "previous batch, and the first step has none"), partial(_loop, order="szbc")),
+    (N_("the gradient is not clipped before the update: clip_grad_norm_ is missing, or comes after "
+        "optimizer.step(), when the update is already made"), partial(_loop, order="zbs")),
+    (N_("each parameter's gradient was clipped on its own to the norm clip: your updates are "
+        "larger than those of one factor for all the gradients together"),
+     partial(_loop, each=True)),
+    (N_("the learning rate never changes: every step used the optimizer's initial rate, with no "
+        "warmup and no cosine"), partial(_loop, lr=None)),
+    (N_("after the warmup your learning rate stays at max_lr, where the reference's falls along a "
+        "cosine: the later updates are too large"), partial(_loop, lr="constant")),
+    (N_("every step trained on the same batch: the generator is seeded again inside the loop"),
      partial(_loop, reseed=True)),
-    *[("the labels were shifted twice: model(idx, labels) already pairs position t with labels[t "
-       "+ 1], so each position is scored on the token after next", partial(_loop, shift=shift))
+    *[(N_("the labels were shifted twice: model(idx, labels) already pairs position t with "
+          "labels[t + 1], so each position is scored on the token after next"),
+       partial(_loop, shift=shift))
       for shift in ("cropped", "padded", "rolled")],
-    ("dropout stayed off: the model arrived in eval mode and your loop trained it in that mode",
+    (N_("dropout stayed off: the model arrived in eval mode and your loop trained it in that mode"),
      partial(_loop, train=False)),
 ]  # fmt: skip
 
 ESTIMATE_MISTAKES = [
-    ("dropout was on while measuring: the model stayed in train mode, so your loss changes from "
-     "call to call", partial(_estimate, evaluate=False)),
-    ("the model came in training and went back in eval mode, so the training that follows runs "
-     "without dropout: its mode was not given back", partial(_estimate, back="")),
-    ("a model that came in eval mode went back in train mode: yours always ends in train mode, "
-     "not in the mode it came in", partial(_estimate, back="train")),
-    ("the forward passes built a graph for a backward that nobody calls, which costs memory and "
-     "time", partial(_estimate, graph=True)),
-    ("the windows come from torch's global random stream, so each call measures other windows, "
-     "not the ones a generator seeded with seed gives", partial(_estimate, gen="global")),
-    ("every batch is the same set of windows: the generator is seeded again inside the loop",
+    (N_("dropout was on while measuring: the model stayed in train mode, so your loss changes from "
+        "call to call"), partial(_estimate, evaluate=False)),
+    (N_("the model came in training and went back in eval mode, so the training that follows runs "
+        "without dropout: its mode was not given back"), partial(_estimate, back="")),
+    (N_("a model that came in eval mode went back in train mode: yours always ends in train mode, "
+        "not in the mode it came in"), partial(_estimate, back="train")),
+    (N_("the forward passes built a graph for a backward that nobody calls, which costs memory and "
+        "time"), partial(_estimate, graph=True)),
+    (N_("the windows come from torch's global random stream, so each call measures other windows, "
+        "not the ones a generator seeded with seed gives"), partial(_estimate, gen="global")),
+    (N_("every batch is the same set of windows: the generator is seeded again inside the loop"),
      partial(_estimate, gen="every batch")),
 ]  # fmt: skip
 
 ADAMW_MISTAKES = [
-    ("your first updates are smaller than torch's, and the gap closes as the steps go on: the "
-     "moments were not corrected for having started at zero", partial(_adamw, correct=False)),
-    ("your moments differ from torch's from the first update on: the weight decay was added to "
-     "the gradient (L2, as in Adam), so it went through the moments", partial(_adamw, decay="L2")),
-    ("your moments agree with torch's but the parameters are off a little at every update: the "
-     "decay shrank the weight after the update", partial(_adamw, decay="after")),
-    ("the moments agree but where the gradients are small your updates are smaller than torch's: "
-     "eps was added under the square root, √(v̂ + ε)", partial(_adamw, eps_inside=True)),
-    ("your moments are not torch's from the first update on: the betas are swapped, β2 averaged "
-     "the gradient and β1 its square", partial(_adamw, swap=True)),
-    ("your parameters are NaN after the first update: the bias correction counted it as update "
-     "0, and 1 - β⁰ = 0 divided it", partial(_adamw, t0=0)),
-    ("your first parameters are torch's but the moments you returned are the bias-corrected ones "
-     "(m̂, v̂), corrected once more by the next update", partial(_adamw, corrected_out=True)),
+    (N_("your first updates are smaller than torch's, and the gap closes as the steps go on: the "
+        "moments were not corrected for having started at zero"), partial(_adamw, correct=False)),
+    (N_("your moments differ from torch's from the first update on: the weight decay was added to "
+        "the gradient (L2, as in Adam), so it went through the moments"),
+     partial(_adamw, decay="L2")),
+    (N_("your moments agree with torch's but the parameters are off a little at every update: the "
+        "decay shrank the weight after the update"), partial(_adamw, decay="after")),
+    (N_("the moments agree but where the gradients are small your updates are smaller than "
+        "torch's: eps was added under the square root, √(v̂ + ε)"),
+     partial(_adamw, eps_inside=True)),
+    (N_("your moments are not torch's from the first update on: the betas are swapped, β2 averaged "
+        "the gradient and β1 its square"), partial(_adamw, swap=True)),
+    (N_("your parameters are NaN after the first update: the bias correction counted it as update "
+        "0, and 1 - β⁰ = 0 divided it"), partial(_adamw, t0=0)),
+    (N_("your first parameters are torch's but the moments you returned are the bias-corrected "
+        "ones (m̂, v̂), corrected once more by the next update"),
+     partial(_adamw, corrected_out=True)),
 ]  # fmt: skip
 
 CLIP_MISTAKES = [
-    ("each tensor was clipped by its own norm: a tensor under max_norm kept its size while another "
-     "was cut, so the direction of the whole gradient changed", partial(_clip, each=True)),
-    ("with every gradient zero your clipped gradients are NaN: each was divided by the total norm, "
-     "0, before it was scaled", partial(_clip, zero_nan=True)),
-    ("gradients whose total norm was already under max_norm were scaled too, up to max_norm: small "
-     "gradients grew", partial(_clip, always=True)),
-    ("the total norm you returned is the one after clipping: it never exceeds max_norm, so a log "
-     "of it could not show how large the gradients were", partial(_clip, after=True)),
-    ("your total norm is the sum of the tensors' own norms, larger than the norm of all their "
-     "entries together", partial(_clip, summed=True)),
+    (N_("each tensor was clipped by its own norm: a tensor under max_norm kept its size while "
+        "another was cut, so the direction of the whole gradient changed"),
+     partial(_clip, each=True)),
+    (N_("with every gradient zero your clipped gradients are NaN: each was divided by the total "
+        "norm, 0, before it was scaled"), partial(_clip, zero_nan=True)),
+    (N_("gradients whose total norm was already under max_norm were scaled too, up to max_norm: "
+        "small gradients grew"), partial(_clip, always=True)),
+    (N_("the total norm you returned is the one after clipping: it never exceeds max_norm, so a "
+        "log of it could not show how large the gradients were"), partial(_clip, after=True)),
+    (N_("your total norm is the sum of the tensors' own norms, larger than the norm of all their "
+        "entries together"), partial(_clip, summed=True)),
 ]  # fmt: skip

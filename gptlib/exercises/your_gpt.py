@@ -4,6 +4,7 @@ reader's earlier pieces (PIECE_CHECKS, handed in as `pieces`), trained, sampled 
 from __future__ import annotations
 
 import math
+import re
 import types
 from collections.abc import Callable
 from functools import partial
@@ -23,6 +24,7 @@ from gptlib.exercises.norms import check_pre_norm_block, check_rmsnorm
 from gptlib.exercises.qkv import check_qkv_split
 from gptlib.exercises.training import slipped_loop
 from gptlib.ladder import gpt_optimizer, gpt_weights, trainable
+from gptlib.language import N_, _
 from gptlib.train import learning_rate
 
 # The plain-tensor tools (gpt_weights, trainable, ...) and climb_yours are gptlib.ladder's.
@@ -89,7 +91,7 @@ def sample_names(forward_fn, w, n_head, bos, num, generator, temperature=1.0, to
     T = w["pos_emb"].shape[0]
     idx = torch.full((num, 1), bos)  # [num, 1]
     with torch.no_grad():
-        for _ in range(max_len):
+        for _step in range(max_len):
             logits = forward_fn(w, idx[:, -T:], n_head)[:, -1] / temperature  # [num, V]
             if top_k is not None:
                 kth = logits.topk(top_k, dim=-1).values[:, -1:]  # [num, 1]
@@ -154,7 +156,7 @@ def _weights(g: torch.Generator, n_layer: int = 2, dtype=torch.float32) -> dict:
     r = lambda *shape, scale=0.3: (scale * torch.randn(*shape, generator=g)).to(dtype)  # noqa: E731
     gain = lambda: (0.5 + torch.rand(_D, generator=g)).to(dtype)  # noqa: E731  (distinct gains)
     blocks = [dict(ln1=gain(), qkv=r(3 * _D, _D, scale=0.6), attn_proj=r(_D, _D), ln2=gain(),
-                   fc=r(4 * _D, _D), mlp_proj=r(_D, 4 * _D)) for _ in range(n_layer)]  # fmt: skip
+                   fc=r(4 * _D, _D), mlp_proj=r(_D, 4 * _D)) for _layer in range(n_layer)]  # fmt: skip
     return dict(tok_emb=r(_V, _D, scale=1.0), pos_emb=r(_T, _D, scale=1.0), blocks=blocks,
                 ln_f=gain(), lm_head=r(_V, _D))  # fmt: skip
 
@@ -186,18 +188,19 @@ SLIPS = {"no scale": dict(causal_attention=_unscaled),
          "no residual": dict(pre_norm_block=_no_first_residual)}  # fmt: skip
 # fmt: off
 FORWARD_MISTAKES = [
-    ("the final norm is missing: the head reads the last block's output as it is, and w['ln_f'] "
-     "is never used", partial(_fwd, final_norm=False)),
-    ("the MLP runs GELU, not microgpt's ReLU: small negative values get through where the model "
-     "has zeros", partial(_fwd, act=F.gelu)),
-    ("attention's output is not projected: the heads side by side go straight into the residual "
-     "sum, and attn_proj is never used", partial(_fwd, project=False)),
-    ("these are probabilities: your forward applies a softmax, so each row sums to 1, and the "
-     "loss and the sampler would apply theirs a second time", partial(_fwd, probs=True)),
-    ("causal_attention does not scale its scores: each is sqrt(d_h) times too large, so its "
-     "softmax is sharper than the model's", partial(_fwd, **SLIPS["no scale"])),
-    ("pre_norm_block adds no residual around attention: its output replaces x, so the block's "
-     "input never reaches the MLP or the block's output", partial(_fwd, **SLIPS["no residual"])),
+    (N_("the final norm is missing: the head reads the last block's output as it is, and w['ln_f'] "
+        "is never used"), partial(_fwd, final_norm=False)),
+    (N_("the MLP runs GELU, not microgpt's ReLU: small negative values get through where the model "
+        "has zeros"), partial(_fwd, act=F.gelu)),
+    (N_("attention's output is not projected: the heads side by side go straight into the residual "
+        "sum, and attn_proj is never used"), partial(_fwd, project=False)),
+    (N_("these are probabilities: your forward applies a softmax, so each row sums to 1, and the "
+        "loss and the sampler would apply theirs a second time"), partial(_fwd, probs=True)),
+    (N_("causal_attention does not scale its scores: each is sqrt(d_h) times too large, so its "
+        "softmax is sharper than the model's"), partial(_fwd, **SLIPS["no scale"])),
+    (N_("pre_norm_block adds no residual around attention: its output replaces x, so the block's "
+        "input never reaches the MLP or the block's output"),
+     partial(_fwd, **SLIPS["no residual"])),
 ]
 # fmt: on
 
@@ -205,7 +208,8 @@ FORWARD_MISTAKES = [
 def planted_slip(name: str) -> types.SimpleNamespace:
     """The reference pieces with one known slip (a key of SLIPS), to see what the check says."""
     if name not in SLIPS:
-        raise ValueError(f"unknown slip {name!r}; choose one of {', '.join(SLIPS)}")
+        said = _("unknown slip {name}; choose one of {slips}")
+        raise ValueError(said.format(name=repr(name), slips=", ".join(SLIPS)))
     return _with(**SLIPS[name])
 
 
@@ -237,14 +241,14 @@ def _loop(forward_fn, loss_fn, w, optimizer, tokens, steps, batch_size, max_lr, 
 
 # fmt: off
 LOOP_MISTAKES = [
-    ("the gradients are never zeroed: each step's gradient is added to all the earlier ones, so "
-     "from step 1 on every update is pushed by old batches", partial(_loop, order="bcs")),
-    ("the gradients were not clipped before the step: your updates are those of a run with no "
-     "clipping, larger whenever the global norm is above clip", partial(_loop, order="zbs")),
-    ("the step comes before backward: each update uses the previous step's gradient (none at "
-     "step 0), one batch late", partial(_loop, order="szbc")),
-    ("the learning rate is never set: every step uses the optimizer's starting rate, with no "
-     "warmup and no decay", partial(_loop, lr=None)),
+    (N_("the gradients are never zeroed: each step's gradient is added to all the earlier ones, so "
+        "from step 1 on every update is pushed by old batches"), partial(_loop, order="bcs")),
+    (N_("the gradients were not clipped before the step: your updates are those of a run with no "
+        "clipping, larger whenever the global norm is above clip"), partial(_loop, order="zbs")),
+    (N_("the step comes before backward: each update uses the previous step's gradient (none at "
+        "step 0), one batch late"), partial(_loop, order="szbc")),
+    (N_("the learning rate is never set: every step uses the optimizer's starting rate, with no "
+        "warmup and no decay"), partial(_loop, lr=None)),
 ]
 # fmt: on
 
@@ -275,28 +279,31 @@ def check_gpt_train(fn: Callable, forward_fn: Callable | None = None, loss_fn=No
     wrong = [(hint, partial(_trained, slip, forward_fn, loss_fn)) for hint, slip in LOOP_MISTAKES]
     user = partial(_trained, fn, forward_fn, loss_fn)
     result = compare("train_gpt", user, ref, _train_inputs, wrong, atol=1e-8, rtol=1e-6, grads=False)  # fmt: skip
-    if result or "values differ" not in result.message:
+    differ = _("values differ from the reference ({difference})").partition("{")[0]
+    if result or differ not in result.message:
         return result
     trains = compare("forward", _bound(forward_fn), _bound(reference_forward), _forward_inputs)
-    cut = CheckResult(False, f"✗ train_gpt: the forward it trains: {trains.message[11:]}")
+    said = _("✗ train_gpt: the forward it trains: {problem}")
+    problem = re.sub(r"^✗ forward[:：] ?", "", trains.message)  # what is wrong in the forward
+    cut = CheckResult(False, said.format(problem=problem))
     return result if trains else cut
 
 
 # --- The sampler: the names drawn with the trained microgpt from equal generators
 # fmt: off
 SAMPLE_MISTAKES = [  # each (message, the reference run another way)
-    ("the logits were multiplied by the temperature: a temperature below 1 then flattens the "
-     "distribution and one above 1 sharpens it",
+    (N_("the logits were multiplied by the temperature: a temperature below 1 then flattens the "
+        "distribution and one above 1 sharpens it"),
      lambda s, f, w, h, bos, num, g, t, k, n: s(f, w, h, bos, num, g, 1 / t, k, n)),
-    ("the next token was drawn from the first position's logits: every step predicts what follows "
-     "the row's first token, whatever came after it",
+    (N_("the next token was drawn from the first position's logits: every step predicts what "
+        "follows the row's first token, whatever came after it"),
      lambda s, f, w, *a: s(lambda w, idx, h: f(w, idx, h)[:, :1], w, *a)),
-    ("each name still starts with the BOS id it was started from",
+    (N_("each name still starts with the BOS id it was started from"),
      lambda s, f, w, h, bos, *a: [[bos, *name] for name in s(f, w, h, bos, *a)]),
 ]
 # fmt: on
 SAMPLE_SETTINGS = ((1.0, None), (0.7, 5), (1.5, 3))  # (temperature, top_k), one per trial
-CROP = "the context grew longer than the T rows of the position table"
+CROP = N_("the context grew longer than the T rows of the position table")
 CROP_HINTS = [("must match the size", CROP), ("out of bounds", CROP)]
 
 
@@ -341,15 +348,16 @@ def _cached(x, w_qkv, w_proj, n_head, past, *, mask="offset", use_past=True, kee
 
 # fmt: off
 CACHED_MISTAKES = [
-    ("no mask: when several new tokens come at once (the prefill), each sees the ones after it",
+    (N_("no mask: when several new tokens come at once (the prefill), each sees the ones after it"),
      partial(_cached, mask=None)),
-    ("the mask is the plain square one, laid over the first keys: with p positions cached, new "
-     "token i is kept from keys it may see, cached ones among them",
+    (N_("the mask is the plain square one, laid over the first keys: with p positions cached, new "
+        "token i is kept from keys it may see, cached ones among them"),
      partial(_cached, mask="square")),
-    ("the new tokens attend only to each other: the keys and values in `past` never joined theirs",
+    (N_("the new tokens attend only to each other: the keys and values in `past` never joined "
+        "theirs"),
      partial(_cached, use_past=False)),
-    ("the output is right, but the returned (k, v) hold only the new positions: the next call would"
-     " forget every position before them", partial(_cached, keep_all=False)),
+    (N_("the output is right, but the returned (k, v) hold only the new positions: the next call "
+        "would forget every position before them"), partial(_cached, keep_all=False)),
 ]
 # fmt: on
 CACHED_CASES = ((0, 5), (4, 1), (3, 3))  # (cached, new): a prefill, a decode step, a chunk
@@ -358,7 +366,7 @@ CACHED_CASES = ((0, 5), (4, 1), (3, 3))  # (cached, new): a prefill, a decode st
 def _cached_inputs(g: torch.Generator) -> tuple:
     p, n = CACHED_CASES[g.initial_seed() % 3]
     bw = _weights(g, 1)["blocks"][0]
-    past = tuple(torch.randn(_B, _H, p, _D // _H, generator=g) for _ in range(2)) if p else None
+    past = tuple(torch.randn(_B, _H, p, _D // _H, generator=g) for _kv in range(2)) if p else None
     return torch.randn(_B, n, _D, generator=g), bw["qkv"], bw["attn_proj"], _H, past
 
 
@@ -370,11 +378,11 @@ def check_gpt_cached_attention(fn: Callable) -> CheckResult:
 
 # fmt: off
 FORWARD_CACHED_MISTAKES = [
-    ("every call numbered its tokens from 0: the new tokens of a later call got the first rows of "
-     "the position table, as if the text began there",
+    (N_("every call numbered its tokens from 0: the new tokens of a later call got the first rows "
+        "of the position table, as if the text began there"),
      lambda w, idx, cache, h, p: forward_cached(w, idx, cache, h, _with(
          embed=lambda ids, wte, wpe: reference.embed(ids, wte, w["pos_emb"])))),
-    ("the cache stays empty: each call sees only its own tokens, as if the text began there",
+    (N_("the cache stays empty: each call sees only its own tokens, as if the text began there"),
      lambda w, idx, cache, h, p: forward_cached(w, idx, [], h, p)),
 ]
 # fmt: on

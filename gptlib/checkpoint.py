@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from gptlib.config import GPTConfig
+from gptlib.language import _
 from gptlib.model import GPT
 from gptlib.tokenizer import CharTokenizer
 from gptlib.train import History
@@ -131,7 +132,9 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str = "cpu")
         model.to(device)
     except (KeyError, ValueError, RuntimeError) as e:
         raise CheckpointError(
-            f"{path!r} is an incomplete or inconsistent checkpoint: {e}"
+            _("{path} is an incomplete or inconsistent checkpoint: {error}").format(
+                path=repr(path), error=e
+            )
         ) from None
     model.eval()
     history = History.from_dict(payload["history"]) if payload.get("history") else None
@@ -152,52 +155,75 @@ def _read_payload(path: str) -> dict:
     the file is not a gptlib checkpoint."""
     if not os.path.exists(path):
         raise FileNotFoundError(
-            f"checkpoint {path!r} does not exist; train one with `python -m gptlib train --out {path}`"
+            _(
+                "checkpoint {shown} does not exist; train one with "
+                "`python -m gptlib train --out {path}`"
+            ).format(shown=repr(path), path=path)
         )
     if not os.path.isdir(path) and not stat.S_ISREG(os.stat(path).st_mode):
         raise CheckpointError(
-            f"{path!r} is not a regular file (a pipe, a device, ...); give the path of a .pt file "
-            "written by `python -m gptlib train`"
+            _(
+                "{path} is not a regular file (a pipe, a device, ...); give the path of a .pt "
+                "file written by `python -m gptlib train`"
+            ).format(path=repr(path))
         )
+    payload = _torch_load(path)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(
+            _(
+                "{path} is a torch file but not a gptlib checkpoint (no format={format} entry); "
+                "it was written by something else"
+            ).format(path=repr(path), format=repr(FORMAT))
+        )
+    if payload.get("version") != VERSION:
+        raise CheckpointError(
+            _("{path} has checkpoint version {version}; this gptlib reads version {reads}").format(
+                path=repr(path), version=repr(payload.get("version")), reads=VERSION
+            )
+        )
+    return payload
+
+
+def _torch_load(path: str) -> Any:
+    """torch.load of `path` with weights_only (no code runs), or a CheckpointError saying why
+    the file could not be read."""
     try:
         # Everything is read onto the CPU first: random-generator states must stay CPU tensors
         # (torch.Generator.set_state refuses others), and the weights move with the model below.
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except IsADirectoryError:
         raise CheckpointError(
-            f"{path!r} is a folder, not a checkpoint file; give the path of a .pt file written by "
-            "`python -m gptlib train`"
+            _(
+                "{path} is a folder, not a checkpoint file; give the path of a .pt file written "
+                "by `python -m gptlib train`"
+            ).format(path=repr(path))
         ) from None
     except pickle.UnpicklingError as e:
         if "weights only" not in str(e).lower():
             raise CheckpointError(
-                f"{path!r} could not be read as a checkpoint: it is truncated, corrupted or not a "
-                f"torch file ({_first_sentence(e)}); give a checkpoint written by `python -m "
-                "gptlib train`, or train it again"
+                _(
+                    "{path} could not be read as a checkpoint: it is truncated, corrupted or not "
+                    "a torch file ({error}); give a checkpoint written by `python -m gptlib "
+                    "train`, or train it again"
+                ).format(path=repr(path), error=_first_sentence(e))
             ) from None
         # torch's own message suggests loading with weights_only=False: that runs whatever code
         # the file holds, so it is not passed on.
         raise CheckpointError(
-            f"{path!r} is not a gptlib checkpoint: it holds Python objects that a checkpoint never "
-            "contains, so it was written by other code and is not loaded (loading it could run "
-            "that code); give a checkpoint written by `python -m gptlib train`"
+            _(
+                "{path} is not a gptlib checkpoint: it holds Python objects that a checkpoint "
+                "never contains, so it was written by other code and is not loaded (loading it "
+                "could run that code); give a checkpoint written by `python -m gptlib train`"
+            ).format(path=repr(path))
         ) from None
     except Exception as e:  # torch.load fails in many ways on a bad file; all mean the same
         raise CheckpointError(
-            f"{path!r} could not be read as a checkpoint: it is truncated, corrupted or not a "
-            f"torch file ({_first_sentence(e)}); give a checkpoint written by `python -m gptlib "
-            "train`, or train it again"
+            _(
+                "{path} could not be read as a checkpoint: it is truncated, corrupted or not "
+                "a torch file ({error}); give a checkpoint written by `python -m gptlib "
+                "train`, or train it again"
+            ).format(path=repr(path), error=_first_sentence(e))
         ) from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(
-            f"{path!r} is a torch file but not a gptlib checkpoint (no format={FORMAT!r} entry); "
-            "it was written by something else"
-        )
-    if payload.get("version") != VERSION:
-        raise CheckpointError(
-            f"{path!r} has checkpoint version {payload.get('version')!r}; this gptlib reads version {VERSION}"
-        )
-    return payload
 
 
 def _first_sentence(e: BaseException) -> str:
@@ -213,7 +239,11 @@ def check_writable(path: str | os.PathLike) -> None:
     path = os.fspath(path)
     if path.endswith(("/", os.sep)) or os.path.isdir(path):
         name = os.path.join(path, "model.pt")
-        raise ValueError(f"--out {path!r} is a folder; give a file name such as {name}")
+        raise ValueError(
+            _("--out {path} is a folder; give a file name such as {name}").format(
+                path=repr(path), name=name
+            )
+        )
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)
@@ -222,8 +252,10 @@ def check_writable(path: str | os.PathLike) -> None:
         os.remove(probe)
     except OSError as e:
         raise ValueError(
-            f"cannot write the checkpoint {path!r}: folder {folder!r} cannot be created or "
-            f"written ({e.strerror or e}); pass --out with a path in a writable folder"
+            _(
+                "cannot write the checkpoint {path}: folder {folder} cannot be created or "
+                "written ({error}); pass --out with a path in a writable folder"
+            ).format(path=repr(path), folder=repr(folder), error=e.strerror or e)
         ) from None
 
 
@@ -240,8 +272,10 @@ def asset_path(name: str) -> str:
             else []
         )
         raise FileNotFoundError(
-            f"no asset {name!r} in {ASSETS}; available: {', '.join(available) or 'none'} "
-            "(assets/README.md has the command that regenerates each)"
+            _(
+                "no asset {name} in {folder}; available: {available} "
+                "(assets/README.md has the command that regenerates each)"
+            ).format(name=repr(name), folder=ASSETS, available=", ".join(available) or _("none"))
         )
     return path
 

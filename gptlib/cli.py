@@ -22,7 +22,7 @@ from gptlib.config import PRESETS, preset
 from gptlib.data import BUILT_IN, READINGS, load_corpus
 from gptlib.device import DTYPES, choose_device
 from gptlib.generate import complete, sample_documents
-from gptlib.language import LANGUAGES, N_, _, get_language, language_from_locale, set_language
+from gptlib.language import LANGUAGES, _, get_language, language_from_locale, set_language
 from gptlib.model import GPT
 from gptlib.run import (
     StopSignals,
@@ -34,7 +34,7 @@ from gptlib.run import (
     same_file,
     signal_name,
 )
-from gptlib.train import Diverged, estimate_loss
+from gptlib.train import WHAT_DIVERGED, Diverged, estimate_loss
 
 
 def _whole_number(text: str, least: int) -> int:
@@ -845,12 +845,9 @@ def _steps(run: TrainingRun, args, ranks, signals) -> Diverged | None:
     return None
 
 
-WHAT = {"loss": N_("loss"), "gradients": N_("gradients")}  # what a Diverged run saw become NaN
-
-
 def _what(e: Diverged) -> str:
     said = _("step {step}: the {what} became {value} at lr {lr}")
-    what = _(WHAT[e.what]) if e.what in WHAT else e.what
+    what = _(WHAT_DIVERGED.get(e.what, e.what))
     return said.format(step=e.step, what=what, value=e.value, lr=f"{e.lr:.3g}")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from gptlib.language import _
+
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
@@ -34,14 +36,22 @@ class GPTConfig:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise ValueError(
+                    _("{name} must be a positive integer, got {value}").format(
+                        name=name, value=repr(value)
+                    )
+                )
         if self.n_embd % self.n_head != 0:
             raise ValueError(
-                f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: every head needs "
-                f"the same width d_h = n_embd / n_head; pick n_head among the divisors of {self.n_embd}"
+                _(
+                    "n_embd={n_embd} is not divisible by n_head={n_head}: every head needs the "
+                    "same width d_h = n_embd / n_head; pick n_head among the divisors of {n_embd}"
+                ).format(n_embd=self.n_embd, n_head=self.n_head)
             )
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+            raise ValueError(
+                _("dropout must be in [0, 1), got {value}").format(value=repr(self.dropout))
+            )
         for name, allowed in (
             ("norm", NORMS),
             ("norm_placement", PLACEMENTS),
@@ -50,7 +60,11 @@ class GPTConfig:
         ):
             value = getattr(self, name)
             if value not in allowed:
-                raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+                raise ValueError(
+                    _("{name}={value} is not one of {allowed}").format(
+                        name=name, value=repr(value), allowed=", ".join(allowed)
+                    )
+                )
 
     @property
     def head_dim(self) -> int:
@@ -61,7 +75,9 @@ class GPTConfig:
         """A copy with some fields changed (validated again)."""
         unknown = set(changes) - {f.name for f in fields(self)}
         if unknown:
-            raise ValueError(f"unknown GPTConfig field(s): {', '.join(sorted(unknown))}")
+            raise ValueError(
+                _("unknown GPTConfig field(s): {fields}").format(fields=", ".join(sorted(unknown)))
+            )
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -72,7 +88,9 @@ class GPTConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise ValueError(f"unknown GPTConfig field(s): {', '.join(sorted(unknown))}")
+            raise ValueError(
+                _("unknown GPTConfig field(s): {fields}").format(fields=", ".join(sorted(unknown)))
+            )
         return cls(**data)
 
 
@@ -150,7 +168,11 @@ def preset(name: str, vocab_size: int | None = None, **changes) -> GPTConfig:
 
     Used by the command line; no notebook teaches it."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        raise ValueError(
+            _("unknown preset {name}; choose one of {presets}").format(
+                name=repr(name), presets=", ".join(PRESETS)
+            )
+        )
     if vocab_size is None:
         return PRESETS[name](**changes)
     return PRESETS[name](vocab_size, **changes)

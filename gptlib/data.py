@@ -16,6 +16,7 @@ from importlib import resources
 
 import torch
 
+from gptlib.language import N_, _
 from gptlib.tokenizer import CharTokenizer
 
 
@@ -53,8 +54,10 @@ def load_tang300(path: str | os.PathLike | None = None) -> list[str]:
     path = os.fspath(path) if path is not None else TANG300_PATH
     if not os.path.exists(path):
         raise FileNotFoundError(
-            f"the Tang poem corpus {path!r} is not installed; it comes with Debian's fortunes-zh "
-            f"package: run `{TANG300_INSTALL}` once (or give a UTF-8 text file with --data PATH)"
+            _(
+                "the Tang poem corpus {path} is not installed; it comes with Debian's fortunes-zh "
+                "package: run `{install}` once (or give a UTF-8 text file with --data PATH)"
+            ).format(path=repr(path), install=TANG300_INSTALL)
         )
     with open(path, encoding="utf-8") as f:
         text = _ANSI.sub("", f.read())
@@ -69,7 +72,7 @@ def load_tang300(path: str | os.PathLike | None = None) -> list[str]:
 
 
 BUILT_IN = ("names", "surnames", "tang300")
-_GIVE_A_FILE = (
+_GIVE_A_FILE = N_(  # shown translated, as the {give} of load_text's refusals
     "give the path of a UTF-8 text file, or 'names' / 'surnames' / 'tang300' for a built-in corpus"
 )
 
@@ -84,41 +87,77 @@ def load_text(path: str | os.PathLike) -> str:
     """
     shown = repr(os.fspath(path))
     if os.path.isdir(path):
-        raise ValueError(f"{shown} is a folder, not a text file; {_GIVE_A_FILE}")
+        raise ValueError(
+            _("{path} is a folder, not a text file; {give}").format(
+                path=shown, give=_(_GIVE_A_FILE)
+            )
+        )
     try:
         info = os.stat(path)
         if not stat.S_ISREG(info.st_mode):  # a pipe would wait forever, a device never end
             raise ValueError(
-                f"{shown} is not a regular file (a pipe, a device, a socket); {_GIVE_A_FILE}"
+                _("{path} is not a regular file (a pipe, a device, a socket); {give}").format(
+                    path=shown, give=_(_GIVE_A_FILE)
+                )
             )
         if info.st_size > MAX_TEXT_BYTES:
             raise ValueError(
-                f"{shown} holds {info.st_size / 1e9:,.1f} GB, more than the "
-                f"{MAX_TEXT_BYTES / 1e9:.1f} GB a text file may hold here (each character "
-                "becomes an 8-byte token in memory); give the first part of it"
+                _(
+                    "{path} holds {size} GB, more than the {limit} GB a text file may hold here "
+                    "(each character becomes an 8-byte token in memory); give the first part of it"
+                ).format(
+                    path=shown,
+                    size=f"{info.st_size / 1e9:,.1f}",
+                    limit=f"{MAX_TEXT_BYTES / 1e9:.1f}",
+                )
             )
         with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except FileNotFoundError:
-        raise FileNotFoundError(f"text file {shown} does not exist; {_GIVE_A_FILE}") from None
+        raise FileNotFoundError(
+            _("text file {path} does not exist; {give}").format(path=shown, give=_(_GIVE_A_FILE))
+        ) from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"{shown} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise ValueError(
+            _("{path} is not UTF-8 text ({reason} at byte {byte})").format(
+                path=shown, reason=e.reason, byte=e.start
+            )
+        ) from None
     except OSError as e:  # no permission, a device, ...
         raise ValueError(
-            f"cannot read {shown} ({e.strerror or e}); make it readable, or {_GIVE_A_FILE}"
+            _("cannot read {path} ({error}); make it readable, or {give}").format(
+                path=shown, error=e.strerror or e, give=_(_GIVE_A_FILE)
+            )
         ) from None
+    _check_is_text(text, shown)
+    return text
+
+
+def _check_is_text(text: str, shown: str) -> None:
+    """Refuse what load_text read from the file `shown` when it holds no text: empty, only
+    whitespace, or mostly control characters (a binary file)."""
     if not text:
-        raise ValueError(f"text file {shown} is empty")
+        raise ValueError(_("text file {path} is empty").format(path=shown))
     if not text.strip():
-        raise ValueError(f"{shown} holds only blank lines / whitespace; give a file with text")
+        raise ValueError(
+            _("{path} holds only blank lines / whitespace; give a file with text").format(
+                path=shown
+            )
+        )
     control = sum(text.count(c) for c in _CONTROL)
     if control > MAX_CONTROL_SHARE * len(text):
         raise ValueError(
-            f"{shown} does not look like text: {control:,} of its {len(text):,} characters "
-            f"({control / len(text):.0%}) are control characters such as NUL, more than "
-            f"{MAX_CONTROL_SHARE:.0%}; give a text file"
+            _(
+                "{path} does not look like text: {control} of its {characters} characters "
+                "({share}) are control characters such as NUL, more than {limit}; give a text file"
+            ).format(
+                path=shown,
+                control=f"{control:,}",
+                characters=f"{len(text):,}",
+                share=f"{control / len(text):.0%}",
+                limit=f"{MAX_CONTROL_SHARE:.0%}",
+            )
         )
-    return text
 
 
 # A text file larger than this is refused (1 GB: a character-level model of it would train for
@@ -161,14 +200,24 @@ class Corpus:
         n_train, n_val = self.train.numel(), self.val.numel()
         if n_train < block_size + 1:
             raise ValueError(
-                f"corpus {self.name!r} has {n_train:,} training tokens, but a window of "
-                f"block_size={block_size} needs at least {block_size + 1}; use a longer text or "
-                f"--block-size {max(1, n_train - 1)} or less"
+                _(
+                    "corpus {name} has {tokens} training tokens, but a window of "
+                    "block_size={block_size} needs at least {needed}; use a longer text or "
+                    "--block-size {most} or less"
+                ).format(
+                    name=repr(self.name),
+                    tokens=f"{n_train:,}",
+                    block_size=block_size,
+                    needed=block_size + 1,
+                    most=max(1, n_train - 1),
+                )
             )
         if n_val < 3:
             raise ValueError(
-                f"corpus {self.name!r} leaves {n_val} token(s) for validation, fewer than the 3 "
-                "a validation window needs; use a longer text"
+                _(
+                    "corpus {name} leaves {tokens} token(s) for validation, fewer than the 3 "
+                    "a validation window needs; use a longer text"
+                ).format(name=repr(self.name), tokens=n_val)
             )
 
 
@@ -178,7 +227,7 @@ def encode_documents(documents: list[str], tokenizer: CharTokenizer) -> torch.Te
     Taught in notebook 00 (data and tokens)."""
     bos = tokenizer.bos_id
     if bos is None:
-        raise ValueError("encoding documents needs a tokenizer with a BOS token")
+        raise ValueError(_("encoding documents needs a tokenizer with a BOS token"))
     ids = [bos]
     for doc in documents:
         ids.extend(tokenizer.encode(doc))
@@ -191,7 +240,9 @@ def split_documents(documents: list[str], val_fraction: float = 0.1, seed: int =
 
     Not taught in a notebook: the seeded train/val split load_corpus makes."""
     if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+        raise ValueError(
+            _("val_fraction must be in (0, 1), got {value}").format(value=val_fraction)
+        )
     docs = list(documents)
     random.Random(seed).shuffle(docs)
     n_val = max(1, int(round(len(docs) * val_fraction)))
@@ -224,25 +275,32 @@ def detect_reading(text: str) -> tuple[str, str]:
     filled = [line for line in lines if line.strip()]
     blank = len(lines) - len(filled)
     if len(filled) < 2:
-        return "text", "a single line"
+        return "text", _("a single line")
     share = blank / len(lines)
     if share >= MIN_BLANK_SHARE:
-        return "text", (
-            f"{blank:,} blank line(s) between paragraphs, {share:.0%} of {len(lines):,} lines "
-            f"(at least {MIN_BLANK_SHARE:.0%})"
+        return "text", _(
+            "{blank} blank line(s) between paragraphs, {share} of {lines} lines (at least {least})"
+        ).format(
+            blank=f"{blank:,}",
+            share=f"{share:.0%}",
+            lines=f"{len(lines):,}",
+            least=f"{MIN_BLANK_SHARE:.0%}",
         )
     median = statistics.median(len(line) for line in filled)
     if median > MAX_MEDIAN_LINE:
-        return "text", f"median line of {median:g} characters, more than {MAX_MEDIAN_LINE}"
+        return "text", _("median line of {median} characters, more than {most}").format(
+            median=f"{median:g}", most=MAX_MEDIAN_LINE
+        )
     blanks = (
-        f"{blank:,} blank line(s) ignored (under {MIN_BLANK_SHARE:.0%} of the lines)"
+        _("{blank} blank line(s) ignored (under {least} of the lines)").format(
+            blank=f"{blank:,}", least=f"{MIN_BLANK_SHARE:.0%}"
+        )
         if blank
-        else "no blank line"
+        else _("no blank line")
     )
-    return "lines", (
-        f"{len(filled):,} lines, {blanks}, median line of {median:g} characters "
-        f"(at most {MAX_MEDIAN_LINE})"
-    )
+    return "lines", _(
+        "{lines} lines, {blanks}, median line of {median} characters (at most {most})"
+    ).format(lines=f"{len(filled):,}", blanks=blanks, median=f"{median:g}", most=MAX_MEDIAN_LINE)
 
 
 def _bos_symbol(documents: list[str]) -> str:
@@ -251,7 +309,7 @@ def _bos_symbol(documents: list[str]) -> str:
     for symbol in (".", "\n", "|", "~", "\x00"):
         if symbol not in used:
             return symbol
-    raise ValueError("the documents use every candidate BOS symbol (. newline | ~ NUL)")
+    raise ValueError(_("the documents use every candidate BOS symbol (. newline | ~ NUL)"))
 
 
 def document_corpus(
@@ -262,7 +320,9 @@ def document_corpus(
     Not taught in a notebook: the step of load_corpus that builds a Corpus from documents."""
     if len(documents) < 2:
         raise ValueError(
-            f"corpus {name!r} has {len(documents)} document(s); a train/val split needs at least 2"
+            _(
+                "corpus {name} has {documents} document(s); a train/val split needs at least 2"
+            ).format(name=repr(name), documents=len(documents))
         )
     tokenizer = CharTokenizer.from_documents(documents, bos=_bos_symbol(documents))
     train_docs, val_docs = split_documents(documents, val_fraction, seed)
@@ -274,6 +334,23 @@ def document_corpus(
         documents=train_docs,
         **kw,
     )
+
+
+def _built_in(source: str) -> tuple[list[str], str]:
+    """The documents of the built-in corpus `source`, and the line that says what they are."""
+    if source == "tang300":
+        documents = load_tang300()
+        why = _("{count} Tang poems from {path}, one document per poem").format(
+            count=len(documents), path=TANG300_PATH
+        )
+        return documents, why
+    if source == "names":
+        documents = load_names()
+        why = _("{count} US-census first names, one document per name")
+    else:
+        documents = load_surnames()
+        why = _("{count} US-census surnames, one document per name")
+    return documents, why.format(count=f"{len(documents):,}")
 
 
 def load_corpus(
@@ -288,28 +365,24 @@ def load_corpus(
     Taught in notebook 00 (data and tokens).
     """
     if reading not in READINGS:
-        raise ValueError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
+        raise ValueError(
+            _("reading must be one of {readings}, got {reading}").format(
+                readings=", ".join(READINGS), reading=repr(reading)
+            )
+        )
     if source in BUILT_IN:
-        if source == "tang300":
-            documents = load_tang300()
-            why = f"{len(documents)} Tang poems from {TANG300_PATH}, one document per poem"
-        else:
-            documents = load_names() if source == "names" else load_surnames()
-            kind = "first names" if source == "names" else "surnames"
-            why = f"{len(documents):,} US-census {kind}, one document per name"
+        documents, why = _built_in(source)
         return document_corpus(source, documents, val_fraction, seed, reason=why)
     text = load_text(source)
     name = os.path.basename(os.fspath(source))
     if reading == "auto":
         reading, why = detect_reading(text)
-        other = (
-            "--format text reads it as running text"
-            if reading == "lines"
-            else ("--format lines reads each line as a document")
-        )
-        why = f"{why}; {other}"
+        if reading == "lines":
+            why = _("{why}; --format text reads it as running text").format(why=why)
+        else:
+            why = _("{why}; --format lines reads each line as a document").format(why=why)
     else:
-        why = f"as --format {reading} asks"
+        why = _("as --format {reading} asks").format(reading=reading)
     if reading == "lines":
         documents = [line.strip() for line in text.splitlines() if line.strip()]
         return document_corpus(
@@ -318,13 +391,18 @@ def load_corpus(
             val_fraction,
             seed,
             reading="lines",
-            reason=f"one document per line, {why}",
+            reason=_("one document per line, {why}").format(why=why),
         )
     tokenizer = CharTokenizer.from_text(text)
     ids = tokenizer.encode_tensor(text)  # no Python list of ints: 8 bytes a character
     cut = int(len(ids) * (1 - val_fraction))
     return Corpus(
-        name, tokenizer, ids[:cut], ids[cut:], reading="text", reason=f"running text, {why}"
+        name,
+        tokenizer,
+        ids[:cut],
+        ids[cut:],
+        reading="text",
+        reason=_("running text, {why}").format(why=why),
     )
 
 
@@ -343,13 +421,19 @@ def sample_batch(
     Taught in notebook 00 (data and tokens).
     """
     if tokens.dim() != 1:
-        raise ValueError(f"tokens must be a 1-D tensor of ids, got shape {tuple(tokens.shape)}")
+        raise ValueError(
+            _("tokens must be a 1-D tensor of ids, got shape {shape}").format(
+                shape=tuple(tokens.shape)
+            )
+        )
     # A window needs a next token after it to be worth training on, hence block_size + 1.
     n_starts = tokens.numel() - block_size
     if n_starts < 1:
         raise ValueError(
-            f"corpus has {tokens.numel()} tokens, but a window of block_size={block_size} needs at "
-            f"least block_size + 1 = {block_size + 1}; use a longer text or a smaller block_size"
+            _(
+                "corpus has {tokens} tokens, but a window of block_size={block_size} needs at "
+                "least block_size + 1 = {needed}; use a longer text or a smaller block_size"
+            ).format(tokens=tokens.numel(), block_size=block_size, needed=block_size + 1)
         )
     starts = torch.randint(0, n_starts, (batch_size,), generator=generator)  # [B]
     offsets = torch.arange(block_size)  # [T]

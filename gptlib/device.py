@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from gptlib.language import _
+
 ENV_VAR = "GPTLIB_DEVICE"
 
 # `--dtype`: float32 runs as is; bfloat16 runs the forward pass under torch.autocast (matmuls in
@@ -21,11 +23,21 @@ def choose_device(requested: str | None = None) -> torch.device:
         try:
             device = torch.device(name)
         except RuntimeError:
-            raise ValueError(f"unknown device {name!r}; use cpu, cuda, cuda:N or mps") from None
+            raise ValueError(
+                _("unknown device {name}; use cpu, cuda, cuda:N or mps").format(name=repr(name))
+            ) from None
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {name!r} was asked for, but CUDA is not available here")
+            raise ValueError(
+                _("device {name} was asked for, but CUDA is not available here").format(
+                    name=repr(name)
+                )
+            )
         if device.type == "mps" and not torch.backends.mps.is_available():
-            raise ValueError(f"device {name!r} was asked for, but MPS is not available here")
+            raise ValueError(
+                _("device {name} was asked for, but MPS is not available here").format(
+                    name=repr(name)
+                )
+            )
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")

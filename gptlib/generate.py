@@ -31,28 +31,39 @@ import math
 import torch
 
 from gptlib.kvcache import KVCache
+from gptlib.language import _
 from gptlib.model import GPT
 from gptlib.tokenizer import CharTokenizer
 
 
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None = None) -> None:
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+        raise ValueError(
+            _("temperature must be a finite number >= 0, got {value}").format(
+                value=repr(temperature)
+            )
+        )
     if temperature < 0:
         raise ValueError(
-            f"temperature must be >= 0, got {temperature}; use 0 for greedy (argmax) decoding "
-            "and values above 0 to sample"
+            _(
+                "temperature must be >= 0, got {value}; use 0 for greedy (argmax) decoding "
+                "and values above 0 to sample"
+            ).format(value=temperature)
         )
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+        raise ValueError(
+            _("top_k must be a positive integer or None, got {value}").format(value=repr(top_k))
+        )
     if top_p is not None and (
         isinstance(top_p, bool)
         or not isinstance(top_p, (int, float))
         or not (0 < top_p <= 1)  # also refuses nan
     ):
         raise ValueError(
-            f"top_p must be a number in (0, 1] or None, got {top_p!r}: the share of probability "
-            "mass the kept tokens must reach (1 keeps every token)"
+            _(
+                "top_p must be a number in (0, 1] or None, got {value}: the share of probability "
+                "mass the kept tokens must reach (1 keeps every token)"
+            ).format(value=repr(top_p))
         )
 
 
@@ -148,7 +159,9 @@ def generate(
     _check_sampling(temperature, top_k, top_p)
     if idx.dim() != 2 or idx.size(1) == 0:
         raise ValueError(
-            f"idx must be [B, n0] with n0 >= 1 tokens of prompt, got {tuple(idx.shape)}"
+            _("idx must be [B, n0] with n0 >= 1 tokens of prompt, got {shape}").format(
+                shape=tuple(idx.shape)
+            )
         )
     was_training = model.training
     model.eval()
@@ -178,15 +191,15 @@ def _extend(
     cache = KVCache(model.cfg, B, idx.device, dtype) if use_cache else None
     for step in range(max_new_tokens):
         if cache is None:
-            logits, _ = model(idx[:, -T:])  # the whole context, every step
+            logits, _unused = model(idx[:, -T:])  # the whole context, every step
         elif step == 0:
-            logits, _ = model(idx[:, -T:], cache=cache)  # prefill: the prompt in one pass
+            logits, _unused = model(idx[:, -T:], cache=cache)  # prefill: the prompt in one pass
         elif cache.length == T:
             # Full, and positions cannot slide: start again from the newest `keep` tokens.
             cache.reset()
-            logits, _ = model(idx[:, -keep:], cache=cache)
+            logits, _unused = model(idx[:, -keep:], cache=cache)
         else:
-            logits, _ = model(idx[:, -1:], cache=cache)  # decode: the newest token only
+            logits, _unused = model(idx[:, -1:], cache=cache)  # decode: the newest token only
         nxt = pick_next(  # [B, 1]
             logits[:, -1, :], temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
         )
@@ -224,7 +237,9 @@ def sample_documents(
     """
     bos = tokenizer.bos_id
     if bos is None:
-        raise ValueError("sample_documents needs a tokenizer with a BOS token (a document corpus)")
+        raise ValueError(
+            _("sample_documents needs a tokenizer with a BOS token (a document corpus)")
+        )
     prompt_ids = _document_prompt(tokenizer, prompt or "")
     device = model.lm_head.weight.device
     start = torch.tensor([bos, *prompt_ids], dtype=torch.long, device=device).repeat(num, 1)
@@ -246,13 +261,22 @@ def _document_prompt(tokenizer: CharTokenizer, prompt: str) -> list[int]:
         known = "".join(tokenizer.chars)
         shown = repr(known) if len(known) <= 80 else f"{known[:80]!r}..."  # tang300 has 2,578
         raise ValueError(
-            f"prompt {prompt!r} has character(s) {', '.join(map(repr, unknown))} not in the "
-            f"vocabulary; a document can only use these {len(known):,}: {shown}"
+            _(
+                "prompt {prompt} has character(s) {chars} not in the vocabulary; a document can "
+                "only use these {count}: {shown}"
+            ).format(
+                prompt=repr(prompt),
+                chars=", ".join(map(repr, unknown)),
+                count=f"{len(known):,}",
+                shown=shown,
+            )
         )
     if tokenizer.bos in prompt:
         raise ValueError(
-            f"prompt {prompt!r} contains the BOS symbol {tokenizer.bos!r}, which ends a document; "
-            "a prompt is the start of one document"
+            _(
+                "prompt {prompt} contains the BOS symbol {bos}, which ends a document; "
+                "a prompt is the start of one document"
+            ).format(prompt=repr(prompt), bos=repr(tokenizer.bos))
         )
     return tokenizer.encode(prompt)
 

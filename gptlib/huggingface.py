@@ -27,6 +27,7 @@ import os
 import torch
 
 from gptlib.config import GPTConfig, gpt2
+from gptlib.language import _
 from gptlib.model import GPT
 
 CONFIG_FILE = "config.json"
@@ -59,14 +60,20 @@ def config_from_hf(hf: dict, source: str = CONFIG_FILE) -> GPTConfig:
     model_type = hf.get("model_type")
     if model_type != "gpt2":
         raise GPT2FormatError(
-            f"{source} describes model_type={model_type!r} (architectures "
-            f"{hf.get('architectures')}); only GPT-2 folders (model_type 'gpt2') can be loaded"
+            _(
+                "{source} describes model_type={model_type} (architectures {architectures}); "
+                "only GPT-2 folders (model_type 'gpt2') can be loaded"
+            ).format(
+                source=source, model_type=repr(model_type), architectures=hf.get("architectures")
+            )
         )
     act = hf.get("activation_function", "gelu_new")
     if act not in TANH_GELU_NAMES:
         raise GPT2FormatError(
-            f"{source} has activation_function={act!r}; gptlib's GPT-2 uses GELU's tanh form "
-            f"({' / '.join(TANH_GELU_NAMES)})"
+            _(
+                "{source} has activation_function={act}; gptlib's GPT-2 uses GELU's tanh form "
+                "({names})"
+            ).format(source=source, act=repr(act), names=" / ".join(TANH_GELU_NAMES))
         )
     d = hf.get("n_embd", 768)
     unsupported = {
@@ -82,8 +89,12 @@ def config_from_hf(hf: dict, source: str = CONFIG_FILE) -> GPTConfig:
     for key, (value, allowed) in unsupported.items():
         if value not in allowed:
             raise GPT2FormatError(
-                f"{source} sets {key}={value!r}; gptlib's GPT-2 supports only "
-                f"{' or '.join(repr(a) for a in allowed)}"
+                _("{source} sets {key}={value}; gptlib's GPT-2 supports only {allowed}").format(
+                    source=source,
+                    key=key,
+                    value=repr(value),
+                    allowed=_(" or ").join(repr(a) for a in allowed),
+                )
             )
     return gpt2(
         vocab_size=hf.get("vocab_size", 50257),
@@ -140,8 +151,10 @@ def check_gpt2_architecture(cfg: GPTConfig) -> None:
         got = ", ".join(f"{k}={v!r}" for k, v in wrong.items())
         need = ", ".join(f"{k}={want[k]!r}" for k in wrong)
         raise GPT2FormatError(
-            f"this model is not GPT-2's architecture ({got}); the GPT-2 format needs {need}, "
-            "as in the gpt2 preset"
+            _(
+                "this model is not GPT-2's architecture ({got}); the GPT-2 format needs {need}, "
+                "as in the gpt2 preset"
+            ).format(got=got, need=need)
         )
 
 
@@ -180,7 +193,7 @@ def gptlib_name(hf_name: str) -> tuple[str, bool]:
         return TABLE_NAMES[hf_name], False
     if hf_name.startswith(("ln_f.", "lm_head.")):
         return hf_name, False
-    _, i, rest = hf_name.split(".", 2)  # h.{i}.{rest}
+    _h, i, rest = hf_name.split(".", 2)  # h.{i}.{rest}
     layer, param = rest.rsplit(".", 1)
     return f"blocks.{i}.{BLOCK_NAMES[layer]}.{param}", layer in CONV1D and param == "weight"
 
@@ -195,15 +208,27 @@ def gptlib_state_dict(hf_tensors: dict, cfg: GPTConfig, source: str = "weights")
     for name, shape in expected.items():
         if name not in tensors:
             raise GPT2FormatError(
-                f"{source} has no tensor {name!r} (expected shape {list(shape)}); is it a "
-                "complete GPT-2 checkpoint?"
+                _(
+                    "{source} has no tensor {name} (expected shape {shape}); is it a "
+                    "complete GPT-2 checkpoint?"
+                ).format(source=source, name=repr(name), shape=list(shape))
             )
         got = tuple(tensors[name].shape)
         if got != shape:
             raise GPT2FormatError(
-                f"{source}: tensor {name!r} has shape {list(got)}, expected {list(shape)} for "
-                f"the config (V={cfg.vocab_size}, T={cfg.block_size}, d={cfg.n_embd}, "
-                f"L={cfg.n_layer}); do config.json and the weights belong together?"
+                _(
+                    "{source}: tensor {name} has shape {got}, expected {shape} for the config "
+                    "(V={V}, T={T}, d={d}, L={L}); do config.json and the weights belong together?"
+                ).format(
+                    source=source,
+                    name=repr(name),
+                    got=list(got),
+                    shape=list(shape),
+                    V=cfg.vocab_size,
+                    T=cfg.block_size,
+                    d=cfg.n_embd,
+                    L=cfg.n_layer,
+                )
             )
     state = {}
     for name in expected:
@@ -244,20 +269,33 @@ def read_hf_folder(folder: str | os.PathLike) -> tuple[dict, dict, str]:
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         raise FileNotFoundError(
-            f"{folder!r} is not a folder; give a Hugging Face GPT-2 folder holding {CONFIG_FILE} "
-            f"and {SAFETENSORS_FILE} (or {BIN_FILE})"
+            _(
+                "{folder} is not a folder; give a Hugging Face GPT-2 folder holding {config} "
+                "and {safetensors} (or {bin})"
+            ).format(
+                folder=repr(folder), config=CONFIG_FILE, safetensors=SAFETENSORS_FILE, bin=BIN_FILE
+            )
         )
     config_path = os.path.join(folder, CONFIG_FILE)
     if not os.path.isfile(config_path):
         raise FileNotFoundError(
-            f"{config_path!r} does not exist; a Hugging Face GPT-2 folder holds {CONFIG_FILE} "
-            f"next to {SAFETENSORS_FILE} (or {BIN_FILE})"
+            _(
+                "{path} does not exist; a Hugging Face GPT-2 folder holds {config} "
+                "next to {safetensors} (or {bin})"
+            ).format(
+                path=repr(config_path),
+                config=CONFIG_FILE,
+                safetensors=SAFETENSORS_FILE,
+                bin=BIN_FILE,
+            )
         )
     with open(config_path, encoding="utf-8") as f:
         try:
             hf_cfg = json.load(f)
         except json.JSONDecodeError as e:
-            raise GPT2FormatError(f"{config_path!r} is not valid JSON: {e}") from None
+            raise GPT2FormatError(
+                _("{path} is not valid JSON: {error}").format(path=repr(config_path), error=e)
+            ) from None
     st_path, bin_path = os.path.join(folder, SAFETENSORS_FILE), os.path.join(folder, BIN_FILE)
     if os.path.isfile(st_path):
         from safetensors.torch import load_file
@@ -267,8 +305,12 @@ def read_hf_folder(folder: str | os.PathLike) -> tuple[dict, dict, str]:
         # weights_only: unpickle tensors and plain containers only, never arbitrary objects.
         return hf_cfg, torch.load(bin_path, map_location="cpu", weights_only=True), bin_path
     raise FileNotFoundError(
-        f"no weights in {folder!r}: expected {SAFETENSORS_FILE} or {BIN_FILE} next to "
-        f"{CONFIG_FILE} (sharded checkpoints are not supported)"
+        _(
+            "no weights in {folder}: expected {safetensors} or {bin} next to "
+            "{config} (sharded checkpoints are not supported)"
+        ).format(
+            folder=repr(folder), safetensors=SAFETENSORS_FILE, bin=BIN_FILE, config=CONFIG_FILE
+        )
     )
 
 

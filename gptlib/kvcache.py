@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from gptlib.config import GPTConfig
+from gptlib.language import _
 
 
 class KVCache:
@@ -39,8 +40,8 @@ class KVCache:
         self.batch_size = batch_size
         self.capacity = cfg.block_size
         shape = (batch_size, cfg.n_head, cfg.block_size, cfg.head_dim)
-        self._k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
-        self._v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
+        self._k = [torch.zeros(shape, device=device, dtype=dtype) for _unused in range(cfg.n_layer)]
+        self._v = [torch.zeros(shape, device=device, dtype=dtype) for _unused in range(cfg.n_layer)]
         self.length = 0
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
@@ -53,16 +54,24 @@ class KVCache:
         start, n_new = self.length, k.shape[2]
         if not 0 <= layer < self.cfg.n_layer:
             raise ValueError(
-                f"layer {layer} is not in this cache: it holds layers 0..{self.cfg.n_layer - 1}; "
-                "pass the index of the layer that computed k and v"
+                _(
+                    "layer {layer} is not in this cache: it holds layers 0..{last}; "
+                    "pass the index of the layer that computed k and v"
+                ).format(layer=layer, last=self.cfg.n_layer - 1)
             )
         if start + n_new > self.capacity:
             raise ValueError(
-                f"KV cache holds {start} positions and cannot take {n_new} more: its capacity is "
-                f"block_size={self.capacity}; reset it or rebuild it from fewer tokens"
+                _(
+                    "KV cache holds {length} positions and cannot take {new} more: its capacity "
+                    "is block_size={capacity}; reset it or rebuild it from fewer tokens"
+                ).format(length=start, new=n_new, capacity=self.capacity)
             )
         if k.shape[0] != self.batch_size:
-            raise ValueError(f"cache was made for batch {self.batch_size}, got batch {k.shape[0]}")
+            raise ValueError(
+                _("cache was made for batch {batch}, got batch {got}").format(
+                    batch=self.batch_size, got=k.shape[0]
+                )
+            )
         self._k[layer][:, :, start : start + n_new] = k
         self._v[layer][:, :, start : start + n_new] = v
         if layer == self.cfg.n_layer - 1:

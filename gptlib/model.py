@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from gptlib.attention import CausalSelfAttention
 from gptlib.config import GPTConfig
 from gptlib.kvcache import KVCache
+from gptlib.language import _
 from gptlib.mlp import MLP
 from gptlib.norms import make_norm
 
@@ -88,16 +89,25 @@ class GPT(nn.Module):
         0..vocab_size-1 are refused with a ValueError when idx is on the CPU (see below).
         """
         if idx.dim() != 2:
-            raise ValueError(f"idx must be [B, n] token ids, got shape {tuple(idx.shape)}")
+            raise ValueError(
+                _("idx must be [B, n] token ids, got shape {shape}").format(shape=tuple(idx.shape))
+            )
         B, n = idx.shape
         past = cache.length if cache is not None else 0
         T = self.cfg.block_size
         if past + n > T:
-            where = f"{past} cached + {n} new = {past + n}" if past else f"n={n}"
+            if past:
+                where = _("{past} cached + {new} new = {total}").format(
+                    past=past, new=n, total=past + n
+                )
+            else:
+                where = f"n={n}"
             raise ValueError(
-                f"sequence length {where} exceeds block_size={T}: the position table has only "
-                f"{T} rows; crop the input to its last {T} tokens (idx[:, -{T}:]) or use a "
-                "config with a larger block_size"
+                _(
+                    "sequence length {where} exceeds block_size={T}: the position table has only "
+                    "{T} rows; crop the input to its last {T} tokens (idx[:, -{T}:]) or use a "
+                    "config with a larger block_size"
+                ).format(where=where, T=T)
             )
         # Token ids are checked only where that costs nothing: CPU tensors, on the way in (no
         # cache, or a prefill; decode steps feed back the model's own samples). On a GPU,
@@ -110,8 +120,10 @@ class GPT(nn.Module):
             low, high = int(idx.min()), int(idx.max())
             if low < 0 or high >= self.cfg.vocab_size:
                 raise ValueError(
-                    f"token ids must lie in 0..{self.cfg.vocab_size - 1} (vocab_size), got ids "
-                    f"from {low} to {high}; was the text encoded with this model's tokenizer?"
+                    _(
+                        "token ids must lie in 0..{last} (vocab_size), got ids from {low} to "
+                        "{high}; was the text encoded with this model's tokenizer?"
+                    ).format(last=self.cfg.vocab_size - 1, low=low, high=high)
                 )
         pos = torch.arange(past, past + n, device=idx.device)  # [n]
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # [B, n, d] + [n, d] -> [B, n, d]
@@ -127,8 +139,10 @@ class GPT(nn.Module):
         here): the same as logits[:, :-1] against labels[:, 1:]."""
         if labels.shape != logits.shape[:2]:
             raise ValueError(
-                f"labels must have the shape of idx, {tuple(logits.shape[:2])}, got "
-                f"{tuple(labels.shape)}; pass the same window as idx (the shift is done here)"
+                _(
+                    "labels must have the shape of idx, {shape}, got {got}; pass the same window "
+                    "as idx (the shift is done here)"
+                ).format(shape=tuple(logits.shape[:2]), got=tuple(labels.shape))
             )
         V = logits.size(-1)
         # Position t is scored against token t + 1. Moving the labels one place left (the last

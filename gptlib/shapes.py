@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from gptlib.config import GPTConfig
+from gptlib.language import N_, _
 from gptlib.model import GPT, IGNORE_INDEX, attention_weights
 
 # ---------------------------------------------------------------------------------------------
@@ -52,8 +54,9 @@ class Table:
         self.rows = [list(row) for row in rows]
         for row in self.rows:
             if len(row) != len(self.columns):
+                said = _("row {row} has {count} values for {columns} columns")
                 raise ValueError(
-                    f"row {row!r} has {len(row)} values for {len(self.columns)} columns"
+                    said.format(row=repr(row), count=len(row), columns=len(self.columns))
                 )
         self.title = title
         self.footer = footer
@@ -68,9 +71,14 @@ class Table:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def headings(self) -> list[str]:
+        """The column names as shown, in the language in use (the names themselves, which
+        `column` and `to_dicts` use, stay as given)."""
+        return [_(c) if c else c for c in self.columns]
+
     def __str__(self) -> str:
-        cells = [self.columns] + [[str(v) for v in row] for row in self.rows]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(self.columns))]
+        cells = [self.headings()] + [[str(v) for v in row] for row in self.rows]
+        widths = [max(_width(r[i]) for r in cells) for i in range(len(self.columns))]
         # Numbers line up on the right, words on the left.
         numeric = [
             all(isinstance(row[i], (int, float)) for row in self.rows) and bool(self.rows)
@@ -79,13 +87,13 @@ class Table:
 
         def line(values):
             parts = [
-                v.rjust(w) if num else v.ljust(w)
+                " " * (w - _width(v)) + v if num else v + " " * (w - _width(v))
                 for v, w, num in zip(values, widths, numeric, strict=True)
             ]
             return "  ".join(parts).rstrip()
 
         out = [self.title] if self.title else []
-        out += [line(self.columns), "  ".join("-" * w for w in widths)]
+        out += [line(cells[0]), "  ".join("-" * w for w in widths)]
         out += [line(row) for row in cells[1:]]
         if self.footer:
             out.append(self.footer)
@@ -95,7 +103,7 @@ class Table:
 
     def _repr_html_(self) -> str:
         esc = html.escape
-        head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
+        head = "".join(f"<th>{esc(c)}</th>" for c in self.headings())
         body = "".join(
             "<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in row) + "</tr>" for row in self.rows
         )
@@ -104,6 +112,11 @@ class Table:
         return (
             f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{footer}"
         )
+
+
+def _width(text: str) -> int:
+    """How many columns `text` takes in a monospace font: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def columns_table(
@@ -120,7 +133,7 @@ def columns_table(
     Taught in notebook 03 (scaled attention)."""
     lengths = {name: len(values) for name, values in columns.items()}
     if len(set(lengths.values())) > 1:
-        raise ValueError(f"columns of different lengths: {lengths}")
+        raise ValueError(_("columns of different lengths: {lengths}").format(lengths=lengths))
 
     def show(name: str, value):
         if isinstance(value, torch.Tensor):
@@ -184,7 +197,8 @@ def _letters(shape: Sequence[int], sizes: Mapping[str, int], hint: Sequence[str]
     """symbolic_shape's rule, with the letters and their sizes given (in tie-break order)."""
     shape = tuple(int(s) for s in shape)
     if hint is not None and len(hint) != len(shape):
-        raise ValueError(f"hint {tuple(hint)} has {len(hint)} letters for shape {shape}")
+        said = _("hint {hint} has {count} letters for shape {shape}")
+        raise ValueError(said.format(hint=tuple(hint), count=len(hint), shape=shape))
     out = []
     for i, size in enumerate(shape):
         candidates = [letter for letter, s in sizes.items() if s == size]
@@ -215,7 +229,8 @@ def _legend(cfg: GPTConfig, B: int | None = None, n: int | None = None) -> str:
 # One forward pass, every tensor
 
 
-SHAPE_COLUMNS = ["step", "tensor", "shape", "symbolic", "dtype", "elements"]
+# The names of the columns; each is shown in the language in use (Table.headings).
+SHAPE_COLUMNS = [N_("step"), N_("tensor"), N_("shape"), N_("symbolic"), "dtype", N_("elements")]
 TEXTBOOK_LOSS = "textbook's loss"  # the step of the rows shape_table(..., textbook_loss=True) adds
 
 
@@ -240,7 +255,7 @@ def shape_table(
     Taught in notebook 00 (data and tokens).
     """
     if textbook_loss and labels is None:
-        raise ValueError("textbook_loss=True needs labels: the textbook's route is a loss's")
+        raise ValueError(_("textbook_loss=True needs labels: the textbook's route is a loss's"))
     rec = _Recorder(model.cfg, *idx.shape)
     rec.add("input", "idx", idx, ("B", "n"))
     if labels is not None:
@@ -259,12 +274,12 @@ def shape_table(
             _hook_block(rec, block, layer)
         rec.after(model.ln_f, lambda i, out: rec.add("output", "ln_f(x)", out, ("B", "n", "d")))
         rec.after(model.lm_head, on_logits)
-        _, loss = _run_once(model, idx, labels, rec)
+        _logits, loss = _run_once(model, idx, labels, rec)
     if textbook_loss:
         _textbook_loss_rows(rec, captured["logits"], labels, loss)
 
-    title = f"One forward pass: {_legend(model.cfg, rec.B, rec.n)}"
-    footer = (
+    title = _("One forward pass: {letters}").format(letters=_legend(model.cfg, rec.B, rec.n))
+    footer = _(
         "Letters come from the config and the batch shape; where two letters have the same size, "
         "the tensor's role decides."
     )
@@ -501,7 +516,7 @@ def _role(name: str, ndim: int):
     return ("d",) * ndim  # norms' gains and biases, the projections' biases
 
 
-PARAMETER_COLUMNS = ["name", "shape", "symbolic", "count", "shared with"]
+PARAMETER_COLUMNS = [N_("name"), N_("shape"), N_("symbolic"), N_("count"), N_("shared with")]
 
 
 def parameter_table(model: GPT) -> Table:
@@ -529,10 +544,18 @@ def parameter_table(model: GPT) -> Table:
                 others,
             ]
         )
-    buffers = sorted({f"{_shape(b)} {_dtype(b)}" for _, b in model.named_buffers()})
-    footer = f"total: {total:,} parameters (a shared tensor counted once)"
+    buffers = sorted({f"{_shape(b)} {_dtype(b)}" for _name, b in model.named_buffers()})
     if buffers:
-        footer += f"; buffers, not parameters: {len(list(model.buffers()))} x {', '.join(buffers)}"
-    table = Table(PARAMETER_COLUMNS, rows, f"Parameters: {_legend(cfg)}", footer)
+        said = _(
+            "total: {total} parameters (a shared tensor counted once); "
+            "buffers, not parameters: {count} x {buffers}"
+        )
+    else:
+        said = _("total: {total} parameters (a shared tensor counted once)")
+    footer = said.format(
+        total=f"{total:,}", count=len(list(model.buffers())), buffers=", ".join(buffers)
+    )
+    title = _("Parameters: {letters}").format(letters=_legend(cfg))
+    table = Table(PARAMETER_COLUMNS, rows, title, footer)
     table.total = total
     return table

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from gptlib.language import _
+
 
 class CharTokenizer:
     """One id per character, ids given in sorted character order.
@@ -24,12 +26,14 @@ class CharTokenizer:
     def __init__(self, chars: Iterable[str], bos: str | None = None):
         chars = sorted(set(chars))
         if any(len(c) != 1 for c in chars):
-            raise ValueError("CharTokenizer takes single characters")
+            raise ValueError(_("CharTokenizer takes single characters"))
         if not chars:
-            raise ValueError("cannot build a tokenizer from an empty corpus")
+            raise ValueError(_("cannot build a tokenizer from an empty corpus"))
         if bos is not None and bos in chars:
             raise ValueError(
-                f"the BOS symbol {bos!r} also occurs in the corpus; pass another symbol as bos="
+                _(
+                    "the BOS symbol {bos} also occurs in the corpus; pass another symbol as bos="
+                ).format(bos=repr(bos))
             )
         self.chars = chars
         self.bos = bos
@@ -64,9 +68,13 @@ class CharTokenizer:
     def _unknown(self, ch: str, position: int) -> ValueError:
         shown = "".join(self.itos)
         return ValueError(
-            f"character {ch!r} at position {position} is not in the vocabulary of "
-            f"{self.vocab_size} symbols ({shown!r}); remove it or build the tokenizer "
-            "from text that contains it"
+            _(
+                "character {char} at position {position} is not in the vocabulary of "
+                "{vocab_size} symbols ({shown}); remove it or build the tokenizer "
+                "from text that contains it"
+            ).format(
+                char=repr(ch), position=position, vocab_size=self.vocab_size, shown=repr(shown)
+            )
         )
 
     def encode_tensor(self, text: str, chunk: int = 1 << 22) -> torch.Tensor:
@@ -94,7 +102,11 @@ class CharTokenizer:
         for i in ids:
             i = int(i)
             if not 0 <= i < self.vocab_size:
-                raise ValueError(f"id {i} is outside the vocabulary 0..{self.vocab_size - 1}")
+                raise ValueError(
+                    _("id {id} is outside the vocabulary 0..{last}").format(
+                        id=i, last=self.vocab_size - 1
+                    )
+                )
             out.append(self.itos[i])
         return "".join(out)
 
@@ -104,7 +116,9 @@ class CharTokenizer:
     @classmethod
     def from_dict(cls, data: dict) -> CharTokenizer:
         if data.get("type") != "char" or "chars" not in data:
-            raise ValueError(f"not a CharTokenizer description: keys {sorted(data)}")
+            raise ValueError(
+                _("not a CharTokenizer description: keys {keys}").format(keys=sorted(data))
+            )
         return cls(data["chars"], bos=data.get("bos"))
 
     def save(self, path: str | os.PathLike) -> None:

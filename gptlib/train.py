@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from gptlib.data import sample_batch
+from gptlib.language import N_, _
 from gptlib.model import GPT, IGNORE_INDEX
 
 
@@ -27,13 +28,17 @@ def learning_rate(
 
     Taught in notebook 10 (training loop)."""
     if schedule not in ("constant", "cosine"):
-        raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}")
+        raise ValueError(
+            _("schedule must be 'constant' or 'cosine', got {schedule}").format(
+                schedule=repr(schedule)
+            )
+        )
     if warmup > 0 and step < warmup:
         return max_lr * (step + 1) / warmup
     if schedule == "constant":
         return max_lr
     if total_steps is None:
-        raise ValueError("a cosine schedule needs total_steps")
+        raise ValueError(_("a cosine schedule needs total_steps"))
     span = max(1, total_steps - warmup)
     progress = min(1.0, (step - warmup) / span)
     return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
@@ -47,7 +52,7 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float = 0.1) -> list[
     Taught in notebook 10 (training loop).
     """
     decay, no_decay = [], []
-    for _, p in model.named_parameters():
+    for _name, p in model.named_parameters():
         if p.requires_grad:
             (decay if p.dim() >= 2 else no_decay).append(p)
     return [
@@ -137,11 +142,15 @@ def eval_batches(
     g = torch.Generator().manual_seed(seed)
     block = min(model.cfg.block_size, tokens.numel() - 1)
     device = model.lm_head.weight.device
-    for _ in range(n_batches):
+    for _unused in range(n_batches):
         yield sample_batch(tokens, batch_size, block, g, device)
 
 
 StepCallback = Callable[[History], None]
+
+
+# What Diverged names as not finite, shown translated in its message (`what` stays the key).
+WHAT_DIVERGED = {"loss": N_("loss"), "gradients": N_("gradients")}
 
 
 class Diverged(RuntimeError):
@@ -154,8 +163,10 @@ class Diverged(RuntimeError):
     def __init__(self, step: int, value: float, lr: float, what: str = "loss") -> None:
         self.step, self.value, self.lr, self.what = step, value, lr, what
         super().__init__(
-            f"step {step}: the {what} became {value} at lr={lr:.2e}. Lower max_lr by 10x, make "
-            "sure warmup > 0, and check the causal mask and the label shift"
+            _(
+                "step {step}: the {what} became {value} at lr={lr}. Lower max_lr by 10x, make "
+                "sure warmup > 0, and check the causal mask and the label shift"
+            ).format(step=step, what=_(WHAT_DIVERGED.get(what, what)), value=value, lr=f"{lr:.2e}")
         )
 
 
@@ -181,10 +192,14 @@ def train_step(
     Not taught in a notebook: the body of train's loop, kept apart for the command line's run."""
     if not (labels[:, 1:] != IGNORE_INDEX).any():
         raise ValueError(
-            f"step {step}: every label in the batch is ignored (-100), so the mean loss would be "
-            "0/0 = NaN; check the padding / masking of the labels"
+            _(
+                "step {step}: every label in the batch is ignored (-100), so the mean loss would "
+                "be 0/0 = NaN; check the padding / masking of the labels"
+            ).format(step=step)
         )
-    _, loss = (forward or model)(idx, labels)  # logits [B, T, V]; the shift is inside the loss
+    _logits, loss = (forward or model)(
+        idx, labels
+    )  # logits [B, T, V]; the shift is inside the loss
     if not torch.isfinite(loss):
         raise Diverged(step, loss.item(), lr)
     optimizer.zero_grad(set_to_none=True)  # backward adds to .grad: drop the last step's
@@ -210,8 +225,10 @@ def _check_ids(vocab_size: int, **tensors: torch.Tensor | None) -> None:
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= vocab_size:
             raise ValueError(
-                f"{name} must hold ids in 0..{vocab_size - 1} (the model's vocab_size), got ids "
-                f"from {low} to {high}; was the text encoded with this model's tokenizer?"
+                _(
+                    "{name} must hold ids in 0..{last} (the model's vocab_size), got ids from "
+                    "{low} to {high}; was the text encoded with this model's tokenizer?"
+                ).format(name=name, last=vocab_size - 1, low=low, high=high)
             )
 
 
@@ -248,12 +265,14 @@ def train(
     Taught in notebook 10 (training loop).
     """
     if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps}")
+        raise ValueError(_("steps must be >= 0, got {steps}").format(steps=steps))
     block, device = model.cfg.block_size, model.lm_head.weight.device
     if tokens.numel() < block + 1:
         raise ValueError(
-            f"training corpus has {tokens.numel()} tokens; block_size={block} needs at least "
-            f"{block + 1}: use a longer text or a smaller block_size"
+            _(
+                "training corpus has {tokens} tokens; block_size={block_size} needs at least "
+                "{needed}: use a longer text or a smaller block_size"
+            ).format(tokens=tokens.numel(), block_size=block, needed=block + 1)
         )
     _check_ids(model.cfg.vocab_size, tokens=tokens, val_tokens=val_tokens)
     opt = optimizer or make_optimizer(model, max_lr, weight_decay)

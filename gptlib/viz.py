@@ -24,6 +24,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
+from gptlib.language import N_, _
+
 FIGSIZE = (6.0, 3.6)  # one compact size for every single-panel figure in the course
 PANEL = 2.4  # inches per panel in a grid of attention maps
 MAX_GRID_COLUMNS = 4  # a single row of more heads than this wraps onto several rows
@@ -71,10 +73,10 @@ if CJK_FONT_FOUND and matplotlib.rcParams["font.family"] == ["sans-serif"]:
 _CJK_CHARACTERS = re.compile(
     "[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003ffff]"
 )
-_CJK_MISSING = (
-    f"this figure has Chinese (CJK) characters, but matplotlib finds no {CJK_FONT!r} font, so "
-    f"they are drawn as empty boxes; install Debian's {CJK_FONT_PACKAGE} package "
-    f"(`sudo apt-get install {CJK_FONT_PACKAGE}`) and restart Python"
+_CJK_MISSING = N_(
+    "this figure has Chinese (CJK) characters, but matplotlib finds no 'Noto Sans CJK SC' font, so "
+    "they are drawn as empty boxes; install Debian's fonts-noto-cjk package "
+    "(`sudo apt-get install fonts-noto-cjk`) and restart Python"
 )
 _cjk_missing_said = False
 
@@ -87,7 +89,7 @@ def _say_if_cjk_missing(event) -> None:
     texts = (t.get_text() for t in event.canvas.figure.findobj(Text))
     if any(_CJK_CHARACTERS.search(text) for text in texts):
         _cjk_missing_said = True
-        warnings.warn(_CJK_MISSING, UserWarning, stacklevel=2)
+        warnings.warn(_(_CJK_MISSING), UserWarning, stacklevel=2)
 
 
 def _watch_fonts(fig: Figure) -> Figure:
@@ -103,6 +105,13 @@ def _new_figure(nrows: int = 1, ncols: int = 1, figsize=FIGSIZE) -> tuple[Figure
     return _watch_fonts(fig), axes
 
 
+def _shown(text: str) -> str:
+    """A title given as an argument, in the language in use: a default marked `N_` (or any
+    sentence of the catalogue) translated, any other text as it is. Never `_("")`: gettext
+    would answer the catalogue's header."""
+    return _(text) if text else text
+
+
 def _array(values) -> np.ndarray:
     """Any tensor / list / array as a float numpy array on the CPU."""
     if isinstance(values, torch.Tensor):
@@ -113,7 +122,8 @@ def _array(values) -> np.ndarray:
 def _labels(tokens: str | Sequence[str], n: int) -> list[str]:
     labels = list(tokens)
     if len(labels) != n:
-        raise ValueError(f"got {len(labels)} token labels for a {n} x {n} attention map")
+        said = _("got {count} token labels for a {n} x {n} attention map")
+        raise ValueError(said.format(count=len(labels), n=n))
     return [str(t) for t in labels]
 
 
@@ -126,7 +136,8 @@ def _highlighted(highlight, labels: Sequence[str]) -> set[int]:
     for item in items:
         if isinstance(item, str):
             if item not in labels:
-                raise ValueError(f"highlight {item!r} is not one of the labels")
+                said = _("highlight {item} is not one of the labels").format(item=repr(item))
+                raise ValueError(said)
             out.add(list(labels).index(item))
         else:
             out.add(int(item))
@@ -193,7 +204,8 @@ def _draw_attention(
 def _one_map(weights, tokens, caller: str) -> tuple[np.ndarray, list[str]]:
     w = _array(weights)
     if w.ndim != 2 or w.shape[0] != w.shape[1]:
-        raise ValueError(f"{caller} wants one [n, n] map, got shape {tuple(w.shape)}")
+        said = _("{caller} wants one [n, n] map, got shape {shape}")
+        raise ValueError(said.format(caller=caller, shape=tuple(w.shape)))
     return w, position_labels(_labels(tokens, w.shape[0]))
 
 
@@ -210,10 +222,10 @@ def plot_attention(weights, tokens, title: str | None = None, ax: Axes | None = 
     else:
         fig = ax.figure
     im = _draw_attention(ax, masked_future(w), labels, annotate=True)
-    ax.set_xlabel("key: the token looked at")
-    ax.set_ylabel("query: the token looking")
-    ax.set_title(title or "Attention weights (white = masked future)")
-    fig.colorbar(im, ax=ax, label="attention weight (0 to 1)")
+    ax.set_xlabel(_("key: the token looked at"))
+    ax.set_ylabel(_("query: the token looking"))
+    ax.set_title(title or _("Attention weights (white = masked future)"))
+    fig.colorbar(im, ax=ax, label=_("attention weight (0 to 1)"))
     return fig
 
 
@@ -251,11 +263,13 @@ def plot_attention_grid(
     if w.ndim == 3:
         w = w[None]  # [1, h, n, n]
     if w.ndim != 4 or w.shape[-1] != w.shape[-2]:
-        raise ValueError(f"plot_attention_grid wants [h, n, n] or [L, h, n, n], got {w.shape}")
-    L, h, n, _ = w.shape
+        said = _("plot_attention_grid wants [h, n, n] or [L, h, n, n], got {shape}")
+        raise ValueError(said.format(shape=w.shape))
+    L, h, n, _n = w.shape
     labels = position_labels(_labels(tokens, n))
     if layer_names is not None and len(layer_names) != L:
-        raise ValueError(f"got {len(layer_names)} layer names for {L} layers")
+        said = _("got {count} layer names for {L} layers")
+        raise ValueError(said.format(count=len(layer_names), L=L))
     # Panels in reading order: layer by layer, head by head.
     panels = [(layer, head) for layer in range(L) for head in range(h)]
     ncols = h if (L > 1 or h <= MAX_GRID_COLUMNS) else MAX_GRID_COLUMNS
@@ -272,12 +286,19 @@ def plot_attention_grid(
         im = _draw_attention(
             ax, shown[layer, head], labels, xticks=row == nrows - 1, yticks=col == 0
         )
-        name = layer_names[layer] if layer_names is not None else f"layer {layer}"
-        ax.set_title(f"{name}, head {head}" if L > 1 else f"head {head}", fontsize=9)
-    fig.supxlabel("key: the token looked at", fontsize=9)
-    fig.supylabel("query: the token looking", fontsize=9)
-    fig.suptitle(title or f"Attention weights, {L} layer(s) x {h} head(s)")
-    fig.colorbar(im, ax=axes.ravel().tolist(), label="attention weight", shrink=0.8)
+        if layer_names is not None:
+            name = layer_names[layer]
+        else:
+            name = _("layer {layer}").format(layer=layer)
+        if L > 1:
+            panel_title = _("{name}, head {head}").format(name=name, head=head)
+        else:
+            panel_title = _("head {head}").format(head=head)
+        ax.set_title(panel_title, fontsize=9)
+    fig.supxlabel(_("key: the token looked at"), fontsize=9)
+    fig.supylabel(_("query: the token looking"), fontsize=9)
+    fig.suptitle(title or _("Attention weights, {L} layer(s) x {h} head(s)").format(L=L, h=h))
+    fig.colorbar(im, ax=axes.ravel().tolist(), label=_("attention weight"), shrink=0.8)
     return fig
 
 
@@ -305,7 +326,9 @@ def plot_heatmap(
     Taught in notebook 01 (embeddings)."""
     m = _array(matrix)
     if m.ndim != 2:
-        raise ValueError(f"plot_heatmap wants a 2-D matrix, got shape {m.shape}")
+        raise ValueError(
+            _("plot_heatmap wants a 2-D matrix, got shape {shape}").format(shape=m.shape)
+        )
     fig, axes = _new_figure()
     ax = axes[0, 0]
     limits = {}
@@ -320,15 +343,18 @@ def plot_heatmap(
     ):
         if labels is not None:
             if len(labels) != size:
-                raise ValueError(f"got {len(labels)} labels for {size} rows/columns")
+                said = _("got {count} labels for {size} rows/columns")
+                raise ValueError(said.format(count=len(labels), size=size))
             set_ticks(range(size), [str(s) for s in labels], fontdict=TICK_FONT)
     if annotate:
         for (r, c), value in np.ndenumerate(m):
             ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=6, color="white")
-    ax.set_title(title or f"Matrix [{m.shape[0]}, {m.shape[1]}]")
-    ax.set_xlabel(xlabel or f"column (0..{m.shape[1] - 1})")
-    ax.set_ylabel(ylabel or f"row (0..{m.shape[0] - 1})")
-    fig.colorbar(im, ax=ax, label=cbar_label or "value")
+    ax.set_title(
+        title or _("Matrix [{rows}, {columns}]").format(rows=m.shape[0], columns=m.shape[1])
+    )
+    ax.set_xlabel(xlabel or _("column (0..{last})").format(last=m.shape[1] - 1))
+    ax.set_ylabel(ylabel or _("row (0..{last})").format(last=m.shape[0] - 1))
+    fig.colorbar(im, ax=ax, label=cbar_label or _("value"))
     return fig
 
 
@@ -363,12 +389,12 @@ def plot_curve_panels(
 
     Taught in notebook 03 (scaled attention)."""
     if not panels:
-        raise ValueError("plot_curve_panels wants at least one panel")
+        raise ValueError(_("plot_curve_panels wants at least one panel"))
     fig, axes = _new_figure(1, len(panels), figsize=(FIGSIZE[0] / 1.5 * len(panels), FIGSIZE[1]))
     for ax, panel in zip(axes[0], panels, strict=True):
         unknown = set(panel) - {"ys", "ylabel", "title", "logy", "hlines", "styles"}
         if unknown:
-            raise ValueError(f"unknown panel keys {sorted(unknown)}")
+            raise ValueError(_("unknown panel keys {keys}").format(keys=sorted(unknown)))
         _draw_curves(
             ax,
             x,
@@ -390,9 +416,8 @@ def _draw_curves(ax: Axes, x, ys, xlabel, ylabel, title, logx, logy, hlines, sty
     for i, (label, values) in enumerate(ys.items()):
         values = _array(values)
         if values.shape[-1] != len(xs):
-            raise ValueError(
-                f"curve {label!r} has {values.shape[-1]} values for {len(xs)} x values"
-            )
+            said = _("curve {label} has {count} values for {n} x values")
+            raise ValueError(said.format(label=repr(label), count=values.shape[-1], n=len(xs)))
         style = {"color": f"C{i}", **(styles or {}).get(label, {})}
         if values.ndim == 2:  # [runs, len(x)]: each run thin, their mean bold, one legend entry
             for run in values:
@@ -415,7 +440,8 @@ def _draw_curves(ax: Axes, x, ys, xlabel, ylabel, title, logx, logy, hlines, sty
 def _draw_bars(ax: Axes, values: np.ndarray, labels: Sequence[str], highlight=None) -> None:
     labels = [str(s) for s in labels]
     if len(labels) != len(values):
-        raise ValueError(f"got {len(labels)} labels for {len(values)} bars")
+        said = _("got {count} labels for {n} bars")
+        raise ValueError(said.format(count=len(labels), n=len(values)))
     marked = _highlighted(highlight, labels)
     colors = [HIGHLIGHT if i in marked else PLAIN for i in range(len(values))]
     ax.bar(range(len(values)), values, color=colors)
@@ -459,14 +485,15 @@ def plot_next_token_probs(
     ax = axes[0, 0]
     _draw_bars(ax, p, labels, highlight)
     ax.set_ylim(0, max(1e-9, float(p.max())) * 1.1)
-    heading = title or "Next-token probabilities"
-    if temperature is not None:
-        heading += (
-            " (greedy, temperature 0)" if temperature == 0 else f" (temperature {temperature:g})"
-        )
+    heading = title or _("Next-token probabilities")
+    if temperature == 0:
+        heading = _("{title} (greedy, temperature 0)").format(title=heading)
+    elif temperature is not None:
+        said = _("{title} (temperature {temperature})")
+        heading = said.format(title=heading, temperature=f"{temperature:g}")
     ax.set_title(heading)
-    ax.set_xlabel("next token")
-    ax.set_ylabel("probability")
+    ax.set_xlabel(_("next token"))
+    ax.set_ylabel(_("probability"))
     return fig
 
 
@@ -481,31 +508,37 @@ def plot_next_token_probs_by_temperature(
 
     Taught in notebook 08 (logits)."""
     if not probs_by_temperature:
-        raise ValueError("give at least one temperature")
+        raise ValueError(_("give at least one temperature"))
     rows = [(t, _array(p).reshape(-1)) for t, p in probs_by_temperature.items()]
-    top = max(max(1e-9, float(p.max())) for _, p in rows)
+    top = max(max(1e-9, float(p.max())) for _t, p in rows)
     fig, axes = _new_figure(len(rows), 1, figsize=(FIGSIZE[0], 0.6 + 1.5 * len(rows)))
     for ax, (t, p) in zip(axes[:, 0], rows, strict=True):
         _draw_bars(ax, p, labels, highlight=int(p.argmax()))
         ax.set_ylim(0, top * 1.1)
-        name = "greedy, temperature 0" if t == 0 else f"temperature {t:g}"
+        if t == 0:
+            name = _("greedy, temperature 0")
+        else:
+            name = _("temperature {temperature}").format(temperature=f"{t:g}")
         ax.text(
             0.99,
             0.93,
-            f"{name}: largest {p.max():.2f}",
+            _("{name}: largest {largest}").format(name=name, largest=f"{p.max():.2f}"),
             transform=ax.transAxes,
             ha="right",
             va="top",
             fontsize=9,
         )
-        ax.set_ylabel("probability")
-    axes[-1, 0].set_xlabel("next token (orange: the most likely)")
-    axes[0, 0].set_title(title or "Next-token probabilities, one shared y axis")
+        ax.set_ylabel(_("probability"))
+    axes[-1, 0].set_xlabel(_("next token (orange: the most likely)"))
+    axes[0, 0].set_title(title or _("Next-token probabilities, one shared y axis"))
     return fig
 
 
 # ---------------------------------------------------------------------------------------------
 # Training curves
+
+
+TRAINING_LOSS = N_("Training loss")  # the loss plots' default title
 
 
 def uniform_loss(vocab_size: int) -> float:
@@ -515,16 +548,19 @@ def uniform_loss(vocab_size: int) -> float:
     return math.log(vocab_size)
 
 
-def _draw_loss(ax: Axes, history, vocab_size=None, title="Training loss", baseline=None) -> None:
-    ax.plot(history.step, history.loss, label="train", color=PLAIN, linewidth=1, alpha=0.8)
+def _draw_loss(ax: Axes, history, vocab_size=None, title=TRAINING_LOSS, baseline=None) -> None:
+    ax.plot(history.step, history.loss, label=_("train"), color=PLAIN, linewidth=1, alpha=0.8)
     if history.val_step:
         ax.plot(
-            history.val_step, history.val_loss, "o-", label="val", color=HIGHLIGHT, markersize=3
+            history.val_step, history.val_loss, "o-", label=_("val"), color=HIGHLIGHT, markersize=3
         )
     _draw_reference_lines(ax, vocab_size, baseline)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss (nats per token)")
-    ax.set_title(title + (" (interrupted)" if getattr(history, "interrupted", False) else ""))
+    ax.set_xlabel(_("step"))
+    ax.set_ylabel(_("cross-entropy loss (nats per token)"))
+    title = _shown(title)
+    if getattr(history, "interrupted", False):
+        title = _("{title} (interrupted)").format(title=title)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
 
@@ -538,11 +574,12 @@ def _draw_reference_lines(ax: Axes, vocab_size=None, baseline=None) -> None:
             linestyle="--",
             color="gray",
             linewidth=1,
-            label="uniform guess ln V",
+            label=_("uniform guess ln V"),
         )
     baselines = dict(baseline or {})
     if len(baselines) > len(BASELINE_COLORS):
-        raise ValueError(f"at most {len(BASELINE_COLORS)} baselines, got {len(baselines)}")
+        said = _("at most {most} baselines, got {count}")
+        raise ValueError(said.format(most=len(BASELINE_COLORS), count=len(baselines)))
     for (label, y), color, style in zip(
         baselines.items(), BASELINE_COLORS, BASELINE_STYLES, strict=False
     ):
@@ -550,7 +587,7 @@ def _draw_reference_lines(ax: Axes, vocab_size=None, baseline=None) -> None:
 
 
 def plot_loss(
-    history, vocab_size: int | None = None, title: str = "Training loss", baseline=None
+    history, vocab_size: int | None = None, title: str = TRAINING_LOSS, baseline=None
 ) -> Figure:
     """Train loss per step and val loss at its evaluation steps, from a `gptlib.train.History`.
     A dashed line marks ln V, the loss of a uniform guess: a model starts near it.
@@ -567,7 +604,8 @@ def running_mean(values, window: int) -> np.ndarray:
     Taught in notebook 11 (when training goes wrong)."""
     v = _array(values).reshape(-1)
     if not 1 <= window <= len(v):
-        raise ValueError(f"window must be between 1 and {len(v)}, got {window}")
+        said = _("window must be between 1 and {most}, got {window}")
+        raise ValueError(said.format(most=len(v), window=window))
     sums = np.cumsum(np.concatenate([[0.0], v]))
     return (sums[window:] - sums[:-window]) / window
 
@@ -575,7 +613,7 @@ def running_mean(values, window: int) -> np.ndarray:
 def plot_loss_runs(
     runs: Mapping[str, object],
     vocab_size: int | None = None,
-    title: str = "Training loss",
+    title: str = TRAINING_LOSS,
     baseline=None,
     smooth: int = 1,
     styles: Mapping[str, dict] | None = None,
@@ -589,7 +627,7 @@ def plot_loss_runs(
 
     Taught in notebook 11 (when training goes wrong)."""
     if not runs:
-        raise ValueError("plot_loss_runs needs at least one run")
+        raise ValueError(_("plot_loss_runs needs at least one run"))
     fig, axes = _new_figure()
     ax = axes[0, 0]
     for label, history in runs.items():
@@ -602,10 +640,13 @@ def plot_loss_runs(
             **(styles or {}).get(label, {}),
         )
     _draw_reference_lines(ax, vocab_size, baseline)
-    ax.set_xlabel("step")
-    ylabel = "train loss" + (f", mean of the last {smooth} steps" if smooth > 1 else "")
-    ax.set_ylabel(ylabel + " (nats)")
-    ax.set_title(title)
+    ax.set_xlabel(_("step"))
+    if smooth > 1:
+        ylabel = _("train loss, mean of the last {smooth} steps (nats)").format(smooth=smooth)
+    else:
+        ylabel = _("train loss (nats)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(_shown(title))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -642,7 +683,7 @@ class LiveLossPlot:
 
     def __init__(self, vocab_size: int | None = None, every: int = 25, baseline=None):
         if every < 1:
-            raise ValueError(f"every must be >= 1, got {every}")
+            raise ValueError(_("every must be >= 1, got {every}").format(every=every))
         self.vocab_size = vocab_size
         self.every = every
         self.baseline = baseline
@@ -661,7 +702,10 @@ class LiveLossPlot:
     def _redraw(self) -> None:
         self.ax.clear()
         if self.history is not None:
-            title = "Training loss" + (" (stopped by Ctrl-C)" if self.interrupted else "")
+            if self.interrupted:
+                title = _("Training loss (stopped by Ctrl-C)")
+            else:
+                title = _("Training loss")
             _draw_loss(self.ax, self.history, self.vocab_size, title, self.baseline)
         self.redraws += 1
         if _in_ipython():
@@ -685,22 +729,22 @@ class LiveLossPlot:
         return False  # never swallow an exception
 
 
-def plot_lr_schedule(steps, lrs, title: str = "Learning-rate schedule") -> Figure:
+def plot_lr_schedule(steps, lrs, title: str = N_("Learning-rate schedule")) -> Figure:
     """Learning rate against step (e.g. from `gptlib.train.learning_rate`).
 
     Taught in notebook 10 (training loop)."""
     fig, axes = _new_figure()
     ax = axes[0, 0]
     ax.plot(_array(steps), _array(lrs), color=PLAIN)
-    ax.set_xlabel("step")
-    ax.set_ylabel("learning rate")
-    ax.set_title(title)
+    ax.set_xlabel(_("step"))
+    ax.set_ylabel(_("learning rate"))
+    ax.set_title(_shown(title))
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     ax.grid(alpha=0.3)
     return fig
 
 
-def plot_grad_norm(history, clip: float | None = None, title: str = "Gradient norm") -> Figure:
+def plot_grad_norm(history, clip: float | None = None, title: str = N_("Gradient norm")) -> Figure:
     """The global gradient norm before clipping, per step; the clip threshold dashed (taken from
     `history.clip` unless given).
 
@@ -708,14 +752,20 @@ def plot_grad_norm(history, clip: float | None = None, title: str = "Gradient no
     clip = clip if clip is not None else getattr(history, "clip", None)
     fig, axes = _new_figure()
     ax = axes[0, 0]
-    ax.plot(history.step, history.grad_norm, color=PLAIN, linewidth=1, label="norm before clipping")
+    ax.plot(
+        history.step, history.grad_norm, color=PLAIN, linewidth=1, label=_("norm before clipping")
+    )
     if clip is not None:
         ax.axhline(
-            float(clip), linestyle="--", color="tab:red", linewidth=1, label=f"clip = {clip:g}"
+            float(clip),
+            linestyle="--",
+            color="tab:red",
+            linewidth=1,
+            label=f"clip = {clip:g}",  # a setting, the same in every language
         )
-    ax.set_xlabel("step")
-    ax.set_ylabel("global L2 norm of all gradients")
-    ax.set_title(title)
+    ax.set_xlabel(_("step"))
+    ax.set_ylabel(_("global L2 norm of all gradients"))
+    ax.set_title(_shown(title))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -734,9 +784,10 @@ def pca_2d(weight) -> torch.Tensor:
     Taught in notebook 01 (embeddings)."""
     w = torch.as_tensor(weight).detach().to("cpu", torch.float64)
     if w.dim() != 2 or w.size(1) < 2:
-        raise ValueError(f"pca_2d wants a [V, d] table with d >= 2, got {tuple(w.shape)}")
+        said = _("pca_2d wants a [V, d] table with d >= 2, got {shape}")
+        raise ValueError(said.format(shape=tuple(w.shape)))
     centred = w - w.mean(dim=0, keepdim=True)  # [V, d]
-    _, _, vh = torch.linalg.svd(centred, full_matrices=False)  # rows of vh: directions in R^d
+    _u, _s, vh = torch.linalg.svd(centred, full_matrices=False)  # rows of vh: directions in R^d
     directions = vh[:2]  # [2, d]
     biggest = directions.abs().argmax(dim=1)
     signs = directions.gather(1, biggest[:, None]).sign()  # [2, 1]
@@ -749,7 +800,8 @@ def plot_embeddings_2d(weight, labels: Sequence[str], title: str | None = None) 
     Taught in notebook 01 (embeddings)."""
     w = torch.as_tensor(weight).detach().to("cpu", torch.float64)
     if len(labels) != w.size(0):
-        raise ValueError(f"got {len(labels)} labels for {w.size(0)} rows")
+        said = _("got {count} labels for {rows} rows")
+        raise ValueError(said.format(count=len(labels), rows=w.size(0)))
     xy = pca_2d(w).numpy()  # [V, 2]
     centred = w - w.mean(dim=0, keepdim=True)
     s = torch.linalg.svdvals(centred)
@@ -759,9 +811,10 @@ def plot_embeddings_2d(weight, labels: Sequence[str], title: str | None = None) 
     ax.scatter(xy[:, 0], xy[:, 1], s=12, color=PLAIN)
     for (px, py), label in zip(xy, labels, strict=True):
         ax.annotate(str(label), (px, py), xytext=(3, 3), textcoords="offset points", fontsize=9)
-    ax.set_xlabel(f"direction 1 ({share[0]:.0%} of the spread)")
-    ax.set_ylabel(f"direction 2 ({share[1]:.0%} of the spread)")
-    ax.set_title(title or f"Embedding table [{w.size(0)}, {w.size(1)}] projected to 2-D (PCA)")
+    ax.set_xlabel(_("direction 1 ({share} of the spread)").format(share=f"{share[0]:.0%}"))
+    ax.set_ylabel(_("direction 2 ({share} of the spread)").format(share=f"{share[1]:.0%}"))
+    said = _("Embedding table [{rows}, {columns}] projected to 2-D (PCA)")
+    ax.set_title(title or said.format(rows=w.size(0), columns=w.size(1)))
     ax.grid(alpha=0.3)
     return fig
 
@@ -770,7 +823,7 @@ def plot_ladder(
     names: Sequence[str],
     losses,
     baselines: Mapping[str, float] | None = None,
-    title: str = "What each piece buys",
+    title: str = N_("What each piece buys"),
 ) -> Figure:
     """One loss per rung of a ladder of models, left to right as pieces are added, each point
     labelled with its value; baselines (label -> loss) are reference lines, each its own colour
@@ -779,20 +832,21 @@ def plot_ladder(
     Taught in notebook 14 (your gpt)."""
     values = _array(losses)
     if values.ndim != 1 or len(names) != len(values):
-        raise ValueError(f"got {len(names)} names for losses of shape {values.shape}")
+        said = _("got {count} names for losses of shape {shape}")
+        raise ValueError(said.format(count=len(names), shape=values.shape))
     fig, axes = _new_figure()
     ax = axes[0, 0]
     xs = np.arange(len(values))
-    ax.plot(xs, values, "o-", color=PLAIN, label="validation loss")
+    ax.plot(xs, values, "o-", color=PLAIN, label=_("validation loss"))
     for x, v in zip(xs, values, strict=True):
         ax.annotate(
             f"{v:.2f}", (x, v), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=8
         )
     _draw_reference_lines(ax, baseline=baselines)
     ax.set_xticks(xs, [str(n) for n in names], fontsize=8)
-    ax.set_xlabel("pieces added, left to right")
-    ax.set_ylabel("validation loss (nats per token)")
-    ax.set_title(title)
+    ax.set_xlabel(_("pieces added, left to right"))
+    ax.set_ylabel(_("validation loss (nats per token)"))
+    ax.set_title(_shown(title))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -802,20 +856,20 @@ def plot_ladder(
 
 # The boxes of the diagram, bottom to top: key -> (label, the notebook that teaches it).
 DIAGRAM_PARTS: dict[str, tuple[str, str]] = {
-    "data": ("text → token ids, windows", "00"),
-    "embeddings": ("token + position embeddings", "01"),
-    "norm1": ("norm", "06"),
-    "qkv": ("Q, K, V projections", "02"),
-    "attention": ("scores, 1/√d_h, causal mask, softmax", "03"),
-    "heads": ("h heads side by side, W_O", "04"),
-    "residual1": ("+ residual", "05"),
-    "norm2": ("norm", "06"),
-    "mlp": ("MLP  d → 4d → d", "07"),
-    "residual2": ("+ residual", "05"),
-    "final_norm": ("final norm", "06"),
-    "logits": ("output head → logits", "08"),
-    "loss": ("loss (training)", "09"),
-    "generation": ("next token (sampling)", "12"),
+    "data": (N_("text → token ids, windows"), "00"),
+    "embeddings": (N_("token + position embeddings"), "01"),
+    "norm1": (N_("norm"), "06"),
+    "qkv": (N_("Q, K, V projections"), "02"),
+    "attention": (N_("scores, 1/√d_h, causal mask, softmax"), "03"),
+    "heads": (N_("h heads side by side, W_O"), "04"),
+    "residual1": (N_("+ residual"), "05"),
+    "norm2": (N_("norm"), "06"),
+    "mlp": (N_("MLP  d → 4d → d"), "07"),
+    "residual2": (N_("+ residual"), "05"),
+    "final_norm": (N_("final norm"), "06"),
+    "logits": (N_("output head → logits"), "08"),
+    "loss": (N_("loss (training)"), "09"),
+    "generation": (N_("next token (sampling)"), "12"),
 }
 # The parts a notebook is about (its "you are here"), by notebook number.
 NOTEBOOK_PARTS: dict[str, tuple[str, ...]] = {
@@ -839,12 +893,12 @@ NOTEBOOK_PARTS: dict[str, tuple[str, ...]] = {
 }
 # Notes drawn beside the diagram: what a notebook adds that is not a box of its own.
 NOTEBOOK_NOTES: dict[str, str] = {
-    "10": "training: the loss's gradient moves every weight (AdamW, schedule, clipping)",
-    "11": "what goes wrong in training, one failure at a time",
-    "13": "KV cache: keys and values kept between decoding steps",
-    "14": "your own GPT: every box, from plain tensors",
-    "15": "BPE: bytes → merges → GPT-2's 50,257 tokens",
-    "16": "GPT-2: the same boxes, 12 blocks of d = 768",
+    "10": N_("training: the loss's gradient moves every weight (AdamW, schedule, clipping)"),
+    "11": N_("what goes wrong in training, one failure at a time"),
+    "13": N_("KV cache: keys and values kept between decoding steps"),
+    "14": N_("your own GPT: every box, from plain tensors"),
+    "15": N_("BPE: bytes → merges → GPT-2's 50,257 tokens"),
+    "16": N_("GPT-2: the same boxes, 12 blocks of d = 768"),
 }
 
 
@@ -856,15 +910,16 @@ def _diagram_highlight(notebook: str | None, highlight: Sequence[str]) -> Sequen
     """The boxes to highlight: those `notebook` builds, else `highlight`, each a known part."""
     if notebook is not None:
         if notebook not in NOTEBOOK_PARTS:
+            said = _("unknown notebook {notebook}; the notebooks are {notebooks}")
             raise ValueError(
-                f"unknown notebook {notebook!r}; the notebooks are {', '.join(NOTEBOOK_PARTS)}"
+                said.format(notebook=repr(notebook), notebooks=", ".join(NOTEBOOK_PARTS))
             )
         highlight = NOTEBOOK_PARTS[notebook]
     unknown = [h for h in highlight if h not in DIAGRAM_PARTS]
     if unknown:
+        said = _("unknown part(s) {unknown}; the parts are {parts}")
         raise ValueError(
-            f"unknown part(s) {', '.join(map(repr, unknown))}; the parts are "
-            f"{', '.join(DIAGRAM_PARTS)}"
+            said.format(unknown=", ".join(map(repr, unknown)), parts=", ".join(DIAGRAM_PARTS))
         )
     return highlight
 
@@ -898,7 +953,7 @@ def _draw_block_frame(ax: Axes, first: int, last: int) -> None:
     ax.text(
         x0 + width + 0.35,
         (first + last + height) / 2,
-        "block\n× L",
+        _("block\n× L"),
         va="center",
         fontsize=9,
         color="0.3",
@@ -927,7 +982,7 @@ def _draw_part(
     ax.text(
         left + 0.12,
         i + height / 2,
-        label,
+        _(label),
         va="center",
         fontsize=9,
         fontweight="bold" if on else "normal",
@@ -959,7 +1014,7 @@ def _draw_residual_stream(ax: Axes, keys: list[str]) -> None:
     ax.text(
         x0 - 0.75,
         (keys.index("residual1") + 1) / 2 + 1.3,
-        "residual\nstream",
+        _("residual\nstream"),
         rotation=90,
         va="center",
         ha="center",
@@ -970,13 +1025,15 @@ def _draw_residual_stream(ax: Axes, keys: list[str]) -> None:
 
 def _draw_diagram_captions(ax: Axes, rows: int, notebook: str | None) -> None:
     """The title above the boxes (naming `notebook`, if given) and its note below them."""
-    title = "The GPT of this course"
-    if notebook is not None:
-        title += f": notebook {notebook} (highlighted)"
+    if notebook is None:
+        title = _("The GPT of this course")
+    else:
+        title = _("The GPT of this course: notebook {notebook} (highlighted)")
+        title = title.format(notebook=notebook)
     ax.text(5, rows + 0.45, title, ha="center", fontsize=11)
     note = NOTEBOOK_NOTES.get(notebook or "")
     if note:
-        ax.text(5, -0.4, note, ha="center", fontsize=9, style="italic", color="0.25")
+        ax.text(5, -0.4, _(note), ha="center", fontsize=9, style="italic", color="0.25")
 
 
 def plot_model_diagram(notebook: str | None = None, highlight: Sequence[str] = ()) -> Figure:

@@ -21,6 +21,7 @@ from gptlib import viz
 from gptlib.checkpoint import Checkpoint, load_checkpoint
 from gptlib.config import GPTConfig
 from gptlib.generate import generate, next_token_probs, sample_documents
+from gptlib.language import _
 from gptlib.model import GPT
 from gptlib.tokenizer import CharTokenizer
 
@@ -46,7 +47,7 @@ def _last_logits(model: GPT, ids: list[int]) -> torch.Tensor:
     model.eval()
     try:
         idx = torch.tensor([ids], dtype=torch.long, device=model.lm_head.weight.device)
-        logits, _ = model(idx)  # [1, n, V]
+        logits, _loss = model(idx)  # [1, n, V]
     finally:
         model.train(was_training)
     return logits[0, -1].cpu()
@@ -93,12 +94,12 @@ def _temperature_controls(vocab_size: int) -> W.VBox:
         min=0.0,
         max=2.0,
         step=0.05,
-        description="temperature",
+        description=_("temperature"),
         readout_format=".2f",
         style=_WIDE,
     )
     top_k = W.IntSlider(
-        value=0, min=0, max=vocab_size, step=1, description="top-k (0=off)", style=_WIDE
+        value=0, min=0, max=vocab_size, step=1, description=_("top-k (0=off)"), style=_WIDE
     )
     plot_output, samples_output = W.Output(), W.Output()
     box = W.VBox([W.HBox([temperature, top_k]), plot_output, samples_output])
@@ -115,13 +116,22 @@ def _draw_temperature(
     box: W.VBox, context: str, symbols: list[str], seed: int, t: float, k: int | None
 ) -> None:
     """Show `box.probs` as bars (the greedy choice in orange) and `box.samples` as a line."""
-    kept = f", top-{k}" if k else ""
-    title = f"After {context!r}: next-token probabilities{kept}"
+    if k:
+        said = _("After {context}: next-token probabilities, top-{k}")
+    else:
+        said = _("After {context}: next-token probabilities")
+    title = said.format(context=repr(context), k=k)
     top = int(box.probs.argmax())
     box.figure = viz.plot_next_token_probs(box.probs, symbols, title, temperature=t, highlight=top)
     _show(box.plot_output, box.figure)
-    mode = "greedy (argmax), no randomness" if t == 0 else f"temperature {t:.2f}{kept}"
-    header = f"{len(box.samples)} samples, seed {seed}, {mode}:"
+    if t == 0:
+        mode = _("greedy (argmax), no randomness")
+    elif k:
+        mode = _("temperature {temperature}, top-{k}").format(temperature=f"{t:.2f}", k=k)
+    else:
+        mode = _("temperature {temperature}").format(temperature=f"{t:.2f}")
+    said = _("{count} samples, seed {seed}, {mode}:")
+    header = said.format(count=len(box.samples), seed=seed, mode=mode)
     box.samples_text = header + "\n" + "  ".join(box.samples)
     _show(box.samples_output, box.samples_text)
 
@@ -144,7 +154,7 @@ def temperature_explorer(
     Taught in notebook 08 (logits)."""
     ids = tokenizer.encode(context)[-model.cfg.block_size :]  # crop to what the model can read
     if not ids:
-        raise ValueError("the context is empty: give at least one character (e.g. the BOS '.')")
+        raise ValueError(_("the context is empty: give at least one character (e.g. the BOS '.')"))
     logits = _last_logits(model, ids)  # the context is fixed, so this is computed once
     box = _temperature_controls(logits.numel())
 
@@ -171,7 +181,7 @@ def _context_ids(tokenizer: CharTokenizer, context: str, block_size: int) -> lis
     if bos is not None and (not ids or ids[0] != bos):
         ids = [bos] + ids
     if not ids:
-        raise ValueError("the context is empty: type at least one character")
+        raise ValueError(_("the context is empty: type at least one character"))
     return ids[-block_size:]
 
 
@@ -189,16 +199,17 @@ def _heads_controls(counts: list[int], context: str) -> W.VBox:
     heads = W.SelectionSlider(
         options=[(str(h), h) for h in counts],
         value=4 if 4 in counts else counts[0],
-        description="heads",
+        description=_("heads"),
         style=_WIDE,
     )
-    text = W.Text(value=context, description="context", style=_WIDE)
+    text = W.Text(value=context, description=_("context"), style=_WIDE)
     caption = W.HTML()
     maps_box = W.Box(layout=W.Layout(display="flex", flex_flow="row wrap"))
-    legend = W.HTML(
-        "<small>Each picture is one head: row = the token looking (query), column = the token "
-        "looked at (key); colour from 0 (dark) to 1 (yellow); white = the masked future.</small>"
+    said = _(
+        "Each picture is one head: row = the token looking (query), column = the token "
+        "looked at (key); colour from 0 (dark) to 1 (yellow); white = the masked future."
     )
+    legend = W.HTML(f"<small>{said}</small>")
     box = W.VBox([W.HBox([heads, text]), caption, maps_box, legend])
     box.add_class("gptlib-heads-explorer")  # CSS classes name the parts on the page
     caption.add_class("gptlib-head-caption")
@@ -213,12 +224,12 @@ def _heads_controls(counts: list[int], context: str) -> W.VBox:
 
 def _add_textbook_pickers(box: W.VBox, cfg: GPTConfig) -> None:
     """Below the maps: layer and head sliders for the `textbook`-preset model, and its map."""
-    box.layer = W.IntSlider(value=0, min=0, max=cfg.n_layer - 1, description="layer")
-    box.head = W.IntSlider(value=0, min=0, max=cfg.n_head - 1, description="head")
+    box.layer = W.IntSlider(value=0, min=0, max=cfg.n_layer - 1, description=_("layer"))
+    box.head = W.IntSlider(value=0, min=0, max=cfg.n_head - 1, description=_("head"))
     box.textbook_output = W.Output()
     box.children = [
         *box.children,
-        W.HTML("<b>textbook preset</b>"),
+        W.HTML(f"<b>{_('textbook preset')}</b>"),
         W.HBox([box.layer, box.head]),
         box.textbook_output,
     ]
@@ -241,10 +252,11 @@ def _map_images(maps: torch.Tensor, tokens: list[str], n_head: int) -> list[W.Im
     images = []
     for layer in range(L):
         for head in range(n_head):
-            name = f"layer {layer}, head {head}"
-            fig = viz.plot_attention_panel(
-                maps[layer, head], tokens, name if L > 1 else f"head {head}"
-            )
+            if L > 1:
+                name = _("layer {layer}, head {head}").format(layer=layer, head=head)
+            else:
+                name = _("head {head}").format(head=head)
+            fig = viz.plot_attention_panel(maps[layer, head], tokens, name)
             image = W.Image(value=viz.figure_png(fig), format="png", layout=W.Layout(margin="2px"))
             # A class names the map on the page. (Not a tooltip: ipywidgets 8.1's ImageView
             # fails to render in JupyterLab when given one.)
@@ -266,7 +278,8 @@ def _draw_heads(box: W.VBox, ckpt: Checkpoint, n_head: int) -> None:
     them; or, for a context it cannot read, no maps and a caption saying why."""
     got = _read_typed_context(box, ckpt)
     if got is None:
-        box.caption.value = f"Cannot read this context: {html.escape(box.error)}"
+        said = _("Cannot read this context: {error}")
+        box.caption.value = said.format(error=html.escape(box.error))
         _replace_map_images(box, [])
         return
     box.error = None
@@ -275,9 +288,12 @@ def _draw_heads(box: W.VBox, ckpt: Checkpoint, n_head: int) -> None:
     _replace_map_images(box, _map_images(box.maps, box.tokens, n_head))
     L, h = box.maps.shape[0], n_head
     context_shown = html.escape(repr("".join(box.tokens)))
-    box.caption.value = (
-        f"<b>{h} head(s)</b> of width d_h = {ckpt.config.head_dim}, context {context_shown}: "
-        f"{L * h} attention map(s) ({L} layer(s) x {h} head(s))"
+    said = _(
+        "<b>{h} head(s)</b> of width d_h = {d_h}, context {context}: "
+        "{maps} attention map(s) ({L} layer(s) x {h} head(s))"
+    )
+    box.caption.value = said.format(
+        h=h, d_h=ckpt.config.head_dim, context=context_shown, maps=L * h, L=L
     )
 
 
@@ -285,13 +301,13 @@ def _draw_textbook(box: W.VBox, ckpt: Checkpoint) -> None:
     """The `textbook`-preset model's map at the picked layer and head, for the typed context."""
     got = _read_typed_context(box, ckpt)
     if got is None:
-        _show(box.textbook_output, f"Cannot read this context: {box.error}")
+        _show(box.textbook_output, _("Cannot read this context: {error}").format(error=box.error))
         return
     ids, box.textbook_tokens = got
     box.textbook_maps = _maps(ckpt, ids)  # [L, h, n, n]
     layer, head = int(box.layer.value), int(box.head.value)
     box.textbook_weights = box.textbook_maps[layer, head]  # [n, n]
-    title = f"textbook preset: layer {layer}, head {head}"
+    title = _("textbook preset: layer {layer}, head {head}").format(layer=layer, head=head)
     box.textbook_figure = viz.plot_attention(box.textbook_weights, box.textbook_tokens, title=title)
     _show(box.textbook_output, box.textbook_figure)
 
@@ -318,7 +334,7 @@ def heads_explorer(
     Taught in notebook 04 (multi head).
     """
     if not checkpoints:
-        raise ValueError("give at least one checkpoint: {head count: path}")
+        raise ValueError(_("give at least one checkpoint: {head count: path}"))
     paths = {int(h): p for h, p in checkpoints.items()}
     loaded: dict[int, Checkpoint] = {}  # loaded on first use, then kept
     box = _heads_controls(sorted(paths), context)
@@ -379,7 +395,7 @@ def attention_scale_explorer(seed: int = 0) -> W.VBox:
 
     Taught in notebook 03 (scaled attention)."""
     d_k = W.SelectionSlider(options=[2**i for i in range(10)], value=64, description="d_k")
-    scaled = W.Checkbox(value=True, description="divide by √d_k")
+    scaled = W.Checkbox(value=True, description=_("divide by √d_k"))
     plot_output = W.Output()
     box = W.VBox([W.HBox([d_k, scaled]), plot_output])
     box.d_k, box.scaled, box.plot_output = d_k, scaled, plot_output
@@ -389,15 +405,29 @@ def attention_scale_explorer(seed: int = 0) -> W.VBox:
         w = box.weights
         box.entropy = float(-torch.special.xlogy(w, w).sum())  # xlogy: 0 * log 0 counts as 0
         box.max_weight = float(w.max())
-        how = "scores / √d_k" if scaled.value else "raw scores q·k"
-        title = f"d_k = {d_k.value}, {how}: max weight {box.max_weight:.2f}, entropy {box.entropy:.2f} nats"
+        how = _("scores / √d_k") if scaled.value else _("raw scores q·k")
+        title = _("d_k = {d_k}, {how}: max weight {max_weight}, entropy {entropy} nats").format(
+            d_k=d_k.value, how=how, max_weight=f"{box.max_weight:.2f}", entropy=f"{box.entropy:.2f}"
+        )
         labels = [f"k{j}" for j in range(NUM_KEYS)]
         box.figure = viz.plot_bars(
-            w, labels, title, "softmax weight", xlabel="key", highlight=int(w.argmax())
+            w, labels, title, _("softmax weight"), xlabel=_("key"), highlight=int(w.argmax())
         )
-        note = (
-            f"score std {box.scores.std():.2f} (about {'1' if scaled.value else f'√d_k = {math.sqrt(d_k.value):.1f}'}); "
-            f"uniform attention would have entropy ln {NUM_KEYS} = {math.log(NUM_KEYS):.2f}"
+        if scaled.value:
+            said = _(
+                "score std {std} (about 1); "
+                "uniform attention would have entropy ln {keys} = {uniform}"
+            )
+        else:
+            said = _(
+                "score std {std} (about √d_k = {sqrt_d_k}); "
+                "uniform attention would have entropy ln {keys} = {uniform}"
+            )
+        note = said.format(
+            std=f"{box.scores.std():.2f}",
+            sqrt_d_k=f"{math.sqrt(d_k.value):.1f}",
+            keys=NUM_KEYS,
+            uniform=f"{math.log(NUM_KEYS):.2f}",
         )
         _show(plot_output, box.figure, note)
 

@@ -61,8 +61,14 @@ def _fields(text: str) -> list[str]:
     return sorted(re.findall(pattern, text))
 
 
+# Said the same in Chinese: the textbook keeps "MLP" in English, and the rest is a formula.
+SAME_IN_CHINESE = {"MLP  d → 4d → d"}
+
+
 def test_translations_keep_every_field_flag_and_variable():
     for english, entry in _catalogue().items():
+        if english in SAME_IN_CHINESE and entry.string == english:
+            continue
         if not entry.string or entry.fuzzy:
             continue  # not translated yet, or a suggestion: the completeness test names it
         assert _fields(entry.string) == _fields(english), (english, entry.string)

@@ -32,10 +32,11 @@ check_causal_attention(causal_attention)"""
 
 SOFTMAX_HINT = attention.MISTAKES[0][0]  # the hint for a softmax over the queries (dim=-2)
 PASSED = "✓ causal_attention: matches the reference on 3 random inputs"
-KEPT = "kept as yourgpt/causal_attention.py: later notebooks use it"
+# The messages name the reader's folder in use ($GPTLIB_YOURS: the lab's own empty one).
+KEPT = "kept as {folder}/causal_attention.py: later notebooks use it"
 LATER = "04_multi_head.ipynb"  # its loop over heads runs notebook 03's causal_attention
 LATER_CELL = "attend = yours.use(check_causal_attention)"
-USED = "causal_attention: yours, from yourgpt/causal_attention.py"
+USED = "causal_attention: yours, from {folder}/causal_attention.py"
 
 
 def _replace_source(page, cell, text: str) -> None:
@@ -69,7 +70,7 @@ def test_exercise_stub_then_slip_then_pass(page, lab, artifacts):
     _replace_source(page, stub, BODY.format(dim=-1))
     run_cell(page, stub)
     expect(output).to_contain_text(PASSED)
-    expect(output).to_contain_text(KEPT)
+    expect(output).to_contain_text(KEPT.format(folder=lab.yours))
     page.screenshot(path=str(artifacts / "passed.png"))
     assert (lab.yours / "causal_attention.py").is_file()
 
@@ -96,7 +97,9 @@ def test_exercise_stub_then_slip_then_pass(page, lab, artifacts):
     )
     wait_kernel_idle(page, timeout_ms=300_000)
     run_cell(page, target)
-    expect(target.locator(".jp-OutputArea-output").first).to_contain_text(USED)
+    expect(target.locator(".jp-OutputArea-output").first).to_contain_text(
+        USED.format(folder=lab.yours)
+    )
     page.screenshot(path=str(artifacts / "later-notebook.png"))
     assert error_outputs(page) == []
 

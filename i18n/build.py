@@ -11,8 +11,8 @@ hash of the English text it translates::
 ``build`` writes ``notebooks/<lang>/NN_topic.ipynb``: the English notebook with every markdown
 cell's text replaced by its translation. Code cells, their outputs and the notebook's metadata
 are the English notebook's, unchanged, so the two editions cannot differ in what they compute,
-but for one thing: the first code cell begins by choosing the edition's language for what
-``gptlib`` says (``set_language("zh")``, see ``gptlib.language``).
+but for one thing: the first code cell also chooses the edition's language for what ``gptlib``
+says (two added lines, ``set_language("zh")``, see ``gptlib.language``).
 Links keep working: a link to a heading of a notebook (``07_mlp.ipynb#1.-d-→-4d-→-d,-by-hand``)
 is written in the translation with the English anchor and pointed at the translated heading
 here; a link out of ``notebooks/`` gains one ``../``.
@@ -32,6 +32,7 @@ new block to be replaced.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import re
@@ -42,10 +43,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 LANGS = {"zh": "zh-CN"}  # folder name -> the language tag written into the notebooks' metadata
-# What the first code cell of an edition's notebook starts with: gptlib speaks its language.
-LANGUAGE_LINES = {
-    "zh": 'from gptlib.language import set_language\n\nset_language("zh")  # gptlib 的检查与消息用中文\n\n'
-}
+# What the first code cell of an edition's notebook adds to the English one: gptlib speaks its
+# language. The import joins the cell's gptlib imports in sorted place and the call comes before
+# the cell's first statement, so the twin's code is the English code plus these two lines.
+LANGUAGE_IMPORT = "from gptlib.language import set_language"
+LANGUAGE_CALL = {"zh": 'set_language("zh")  # gptlib 的检查与消息用中文'}
 MARKER = re.compile(r"^<!-- cell (\S+) · en ([0-9a-f]{12}) -->$", re.M)
 HEADER = (
     "<!-- {name}: the {lang} text of each markdown cell of notebooks/{name}.ipynb. A block starts "
@@ -175,6 +177,24 @@ def _relink(text: str, notebook: str, maps: dict[str, dict[str, str]]) -> str:
     return _LINK.sub(fix, text)
 
 
+def with_language(code: str, lang: str) -> str:
+    """`code` (a notebook's first code cell) choosing `lang` for what gptlib says: the import among
+    its gptlib imports, in the order isort keeps, and the call just before the first statement
+    after the last import."""
+    body = ast.parse(code).body
+    imports = [n for n in body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    rest = [n for n in body if n.lineno > imports[-1].end_lineno] if imports else []
+    if not rest:
+        raise ValueError("the first code cell must hold imports and a statement after them")
+    ours = [n for n in imports if isinstance(n, ast.ImportFrom) and n.module.startswith("gptlib")]
+    later = [n for n in ours if n.module > "gptlib.language"]
+    at = later[0].lineno - 1 if later else ours[-1].end_lineno
+    lines = code.splitlines()
+    lines.insert(rest[0].lineno - 1, LANGUAGE_CALL[lang])
+    lines.insert(at, LANGUAGE_IMPORT)
+    return "\n".join(lines)
+
+
 def translated(path: Path, lang: str, maps: dict[str, dict[str, str]] | None = None) -> dict:
     """The notebook `path` with its markdown in `lang`; English text where a block is missing."""
     maps = maps if maps is not None else _anchor_maps(lang)
@@ -186,7 +206,7 @@ def translated(path: Path, lang: str, maps: dict[str, dict[str, str]] | None = N
             text = _relink(blocks[cell["id"]].text, path.name, maps)
             cell["source"] = text.splitlines(keepends=True)
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
-    first["source"] = (LANGUAGE_LINES[lang] + source(first)).splitlines(keepends=True)
+    first["source"] = with_language(source(first), lang).splitlines(keepends=True)
     nb["metadata"]["language_edition"] = {"language": LANGS[lang], "english": f"../{path.name}"}
     return nb
 

@@ -10,7 +10,6 @@ import re
 import shlex
 import signal
 import sys
-import unicodedata
 from functools import partial
 
 import torch
@@ -22,7 +21,14 @@ from gptlib.config import PRESETS, preset
 from gptlib.data import BUILT_IN, READINGS, load_corpus
 from gptlib.device import DTYPES, choose_device
 from gptlib.generate import complete, sample_documents
-from gptlib.language import LANGUAGES, _, get_language, language_from_locale, set_language
+from gptlib.language import (
+    LANGUAGES,
+    _,
+    get_language,
+    language_from_locale,
+    screen_width,
+    set_language,
+)
 from gptlib.model import GPT
 from gptlib.run import (
     StopSignals,
@@ -146,15 +152,11 @@ class _Formatter(argparse.HelpFormatter):
             return super()._split_lines(text, width)
         lines, line = [], ""
         for piece in re.findall(r"[^\x00-\x7f]|[!-~]+| ", " ".join(text.split())):
-            if _columns(line + piece) > width and line.strip():
+            if screen_width(line + piece) > width and line.strip():
                 lines.append(line.rstrip())
                 line = ""
             line += "" if piece == " " and not line else piece
         return [*lines, line.rstrip()]
-
-
-def _columns(text: str) -> int:
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -24,11 +24,20 @@ import gettext
 import io
 import os
 import sys
+import unicodedata
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-__all__ = ["LANGUAGES", "N_", "_", "get_language", "language_from_locale", "set_language"]
+__all__ = [
+    "LANGUAGES",
+    "N_",
+    "_",
+    "get_language",
+    "language_from_locale",
+    "screen_width",
+    "set_language",
+]
 
 DOMAIN = "gptlib"
 LOCALE = Path(__file__).parent / "locale"
@@ -139,6 +148,14 @@ def sentences() -> dict[str, list[str]]:
     ):
         found.setdefault(message, []).append(f"gptlib/{filename}:{lineno}")
     return found
+
+
+def screen_width(text: str) -> int:
+    """The columns `text` takes on a screen in a monospace font: a Chinese character takes two
+    (what aligns a table or wraps a line of either language).
+
+    Not taught in a notebook: how the tables and the command line's help line up in Chinese."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def update(locale: Path = LOCALE) -> list[str]:

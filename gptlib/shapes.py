@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import html
 import math
-import unicodedata
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 
@@ -29,7 +28,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from gptlib.config import GPTConfig
-from gptlib.language import N_, _
+from gptlib.language import N_, _, screen_width
 from gptlib.model import GPT, IGNORE_INDEX, attention_weights
 
 # ---------------------------------------------------------------------------------------------
@@ -78,7 +77,7 @@ class Table:
 
     def __str__(self) -> str:
         cells = [self.headings()] + [[str(v) for v in row] for row in self.rows]
-        widths = [max(_width(r[i]) for r in cells) for i in range(len(self.columns))]
+        widths = [max(screen_width(r[i]) for r in cells) for i in range(len(self.columns))]
         # Numbers line up on the right, words on the left.
         numeric = [
             all(isinstance(row[i], (int, float)) for row in self.rows) and bool(self.rows)
@@ -87,7 +86,7 @@ class Table:
 
         def line(values):
             parts = [
-                " " * (w - _width(v)) + v if num else v + " " * (w - _width(v))
+                " " * (w - screen_width(v)) + v if num else v + " " * (w - screen_width(v))
                 for v, w, num in zip(values, widths, numeric, strict=True)
             ]
             return "  ".join(parts).rstrip()
@@ -112,11 +111,6 @@ class Table:
         return (
             f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{footer}"
         )
-
-
-def _width(text: str) -> int:
-    """How many columns `text` takes in a monospace font: a Chinese character takes two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def columns_table(

@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import threading
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch
 
 from gptlib.exercises import yours
 from gptlib.exercises.table import EXERCISES, Exercise
-from gptlib.language import N_, _
+from gptlib.language import N_, _, screen_width
 
 __all__ = ["progress"]
 
@@ -120,11 +119,6 @@ def collect(folder: str | os.PathLike | None = None, timeout: float = 60.0) -> l
     return [Row(e, *_verdict(e, where, timeout)) for e in EXERCISES]
 
 
-def _columns(text: str) -> int:
-    """The columns `text` takes on screen: a Chinese character takes two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
 def format_table(rows: list[Row]) -> str:
     """The rows as aligned text, with a closing line that counts them."""
     header = (_("notebook"), _("exercise"), _("difficulty"), _("minutes"), _("state"))
@@ -139,8 +133,8 @@ def format_table(rows: list[Row]) -> str:
         )
         for r in rows
     ]
-    widths = [max(_columns(line[i]) for line in [header, *body]) for i in range(4)]
-    pad = lambda cell, w: cell + " " * (w - _columns(cell))  # noqa: E731  (ljust, by columns)
+    widths = [max(screen_width(line[i]) for line in [header, *body]) for i in range(4)]
+    pad = lambda cell, w: cell + " " * (w - screen_width(cell))  # noqa: E731  (ljust, by columns)
     lines = [
         "  ".join([*(pad(cell, w) for cell, w in zip(line[:4], widths, strict=True)), line[4]])
         for line in [header, *body]

@@ -124,8 +124,9 @@ def _translations(code: str) -> gettext.NullTranslations:
 
 
 def _(message: str) -> str:
-    """`message` in the language in use (itself when it has no translation)."""
-    return _translations(_language).gettext(message)
+    """`message` in the language in use (itself when it has no translation; "" stays "", where
+    gettext would answer with the catalogue's header)."""
+    return _translations(_language).gettext(message) if message else message
 
 
 def N_(message: str) -> str:

@@ -73,7 +73,7 @@ class Table:
     def headings(self) -> list[str]:
         """The column names as shown, in the language in use (the names themselves, which
         `column` and `to_dicts` use, stay as given)."""
-        return [_(c) if c else c for c in self.columns]
+        return [_(c) for c in self.columns]
 
     def __str__(self) -> str:
         cells = [self.headings()] + [[str(v) for v in row] for row in self.rows]

@@ -105,13 +105,6 @@ def _new_figure(nrows: int = 1, ncols: int = 1, figsize=FIGSIZE) -> tuple[Figure
     return _watch_fonts(fig), axes
 
 
-def _shown(text: str) -> str:
-    """A title given as an argument, in the language in use: a default marked `N_` (or any
-    sentence of the catalogue) translated, any other text as it is. Never `_("")`: gettext
-    would answer the catalogue's header."""
-    return _(text) if text else text
-
-
 def _array(values) -> np.ndarray:
     """Any tensor / list / array as a float numpy array on the CPU."""
     if isinstance(values, torch.Tensor):
@@ -557,7 +550,7 @@ def _draw_loss(ax: Axes, history, vocab_size=None, title=TRAINING_LOSS, baseline
     _draw_reference_lines(ax, vocab_size, baseline)
     ax.set_xlabel(_("step"))
     ax.set_ylabel(_("cross-entropy loss (nats per token)"))
-    title = _shown(title)
+    title = _(title)
     if getattr(history, "interrupted", False):
         title = _("{title} (interrupted)").format(title=title)
     ax.set_title(title)
@@ -646,7 +639,7 @@ def plot_loss_runs(
     else:
         ylabel = _("train loss (nats)")
     ax.set_ylabel(ylabel)
-    ax.set_title(_shown(title))
+    ax.set_title(_(title))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -738,7 +731,7 @@ def plot_lr_schedule(steps, lrs, title: str = N_("Learning-rate schedule")) -> F
     ax.plot(_array(steps), _array(lrs), color=PLAIN)
     ax.set_xlabel(_("step"))
     ax.set_ylabel(_("learning rate"))
-    ax.set_title(_shown(title))
+    ax.set_title(_(title))
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     ax.grid(alpha=0.3)
     return fig
@@ -765,7 +758,7 @@ def plot_grad_norm(history, clip: float | None = None, title: str = N_("Gradient
         )
     ax.set_xlabel(_("step"))
     ax.set_ylabel(_("global L2 norm of all gradients"))
-    ax.set_title(_shown(title))
+    ax.set_title(_(title))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -846,7 +839,7 @@ def plot_ladder(
     ax.set_xticks(xs, [str(n) for n in names], fontsize=8)
     ax.set_xlabel(_("pieces added, left to right"))
     ax.set_ylabel(_("validation loss (nats per token)"))
-    ax.set_title(_shown(title))
+    ax.set_title(_(title))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig

@@ -101,6 +101,7 @@ def test_the_library_speaks_the_language_set():
     try:
         set_language("zh_CN")
         assert get_language() == "zh" and _("options") == "选项"
+        assert _("") == ""  # gettext alone would answer the catalogue's header
         set_language("en")
         assert _("options") == "options"
     finally:

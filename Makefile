@@ -3,11 +3,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
+ZH_NOTEBOOKS := $(sort $(wildcard notebooks/zh/[0-9]*.ipynb))
 # nbval hands whole notebooks to its two workers in this order: the slowest first, so that both
 # finish at about the same time instead of one waiting on a long notebook handed out last.
 SLOWEST := 14 10 11 07 06 15 13 04 12
 NBVAL_ORDER := $(foreach n,$(SLOWEST),$(wildcard notebooks/$(n)_*.ipynb)) \
 	$(filter-out $(foreach n,$(SLOWEST),notebooks/$(n)_%),$(NOTEBOOKS))
+ZH_NBVAL_ORDER := $(foreach n,$(SLOWEST),$(wildcard notebooks/zh/$(n)_*.ipynb)) \
+	$(filter-out $(foreach n,$(SLOWEST),notebooks/zh/$(n)_%),$(ZH_NOTEBOOKS))
 # One thread per process: outputs are stored and compared that way, and two 2-thread torch
 # processes on a 2-core machine run several times slower than two 1-thread ones.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
@@ -38,19 +41,23 @@ unit: install
 	$(ONE_THREAD) MPLBACKEND=Agg $(PY) -m pytest -q -n 2 --dist loadfile tests --ignore=tests/browser
 
 # Stored outputs are made and compared under an arithmetic that does not depend on the CPU
-# (scalar ATen kernels, MKL's compatible path: identical on every x86-64 machine); `nbval-native`
-# runs the same comparison with this CPU's own AVX2 / AVX-512 kernels, so a number printed more
-# finely than a long run's rounding allows fails here and not on a reader's laptop. On a CPU
-# without the portable settings (arm64) both run every notebook with its in-cell checks and say so.
+# (scalar ATen kernels, MKL's compatible path: identical on every x86-64 machine): `nbval` compares
+# the English edition so. `nbval-native` compares the Chinese edition under this CPU's own AVX2 /
+# AVX-512 kernels, so a number printed more finely than a long run's rounding allows fails here
+# and not on a reader's laptop. The two editions run the same code and print the same numbers
+# (tests/test_translations.py), so each check holds for both: each edition is executed once.
+# On a CPU without the portable settings (arm64) both run every notebook with its in-cell checks
+# and say so.
 PORTABLE := $(shell bash tests/notebook_arithmetic.sh env)
 
 nbval: install
 	bash tests/install_fonts_cjk.sh  # 08 draws Chinese characters: without the font it warns
-	$(PY) tests/check_notebooks_executed.py $(NOTEBOOKS)
+	$(PY) tests/check_notebooks_executed.py $(NOTEBOOKS) $(ZH_NOTEBOOKS)
 	PY=$(PY) bash tests/notebook_arithmetic.sh portable $(NBVAL_ORDER)
 
 nbval-native: install
-	PY=$(PY) bash tests/notebook_arithmetic.sh native $(NBVAL_ORDER)
+	bash tests/install_fonts_cjk.sh  # the Chinese edition's figures draw Chinese
+	PY=$(PY) bash tests/notebook_arithmetic.sh native $(ZH_NBVAL_ORDER)
 
 # JupyterLab in headless Chromium: run notebook 08 and the slider's cells of 04 and move their
 # sliders, type a wrong and then a correct exercise body into notebook 03, check the page; and the
@@ -63,17 +70,24 @@ browser: install
 test: lint unit nbval nbval-native browser
 
 # Re-execute every notebook in place, in the pinned environment, one thread, the portable
-# arithmetic, no timing metadata.
+# arithmetic, no timing metadata: the English edition, then the Chinese one (built from it, then
+# executed on its own, then built again to keep its outputs in the built form).
 notebooks: install
 	yours=$$(mktemp -d); for nb in $(NOTEBOOKS); do \
 		$(ONE_THREAD) $(PORTABLE) GPTLIB_YOURS=$$yours $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 			--NotebookClient.record_timing=False --ExecutePreprocessor.timeout=900 "$$nb" || exit 1; \
 	done
 	$(PY) -m i18n.build build
+	yours=$$(mktemp -d); for nb in $(ZH_NOTEBOOKS); do \
+		$(ONE_THREAD) $(PORTABLE) GPTLIB_YOURS=$$yours $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
+			--NotebookClient.record_timing=False --ExecutePreprocessor.timeout=900 "$$nb" || exit 1; \
+	done
+	$(PY) -m i18n.build build
 
-# The Chinese edition: notebooks/zh/ rebuilt from the English notebooks and i18n/zh/*.md (only the
-# prose is translated; code and outputs are the English notebooks'). `python -m i18n.build check`
-# names every translation whose English text has changed since.
+# The Chinese edition: notebooks/zh/ rebuilt from the English notebooks and i18n/zh/*.md (the
+# prose is translated; the code is the English code plus the language choice; the outputs of
+# cells whose code did not change are kept). `python -m i18n.build check` names every
+# translation whose English text has changed since, and every cell to execute again.
 zh: install
 	$(PY) -m i18n.build build
 
@@ -90,10 +104,13 @@ figures: install
 
 # The README's screenshot of a slider in JupyterLab, taken by the browser test of notebook 08.
 SLIDER_SHOT := test-artifacts/browser/test_logits_chapter_runs_and_temperature_slider_drives_samples/slider.png
+# And three of the Chinese edition: a check naming a slip, a hint, the Tang model's attention map.
+ZH_SHOTS := test-artifacts/browser/test_chinese_check_hint_and_tang_map
 screenshots: install
 	bash tests/browser/install_chromium.sh
-	$(ONE_THREAD) $(PY) -m pytest -q tests/browser/test_logits_chapter.py
+	$(ONE_THREAD) $(PY) -m pytest -q tests/browser/test_logits_chapter.py tests/browser/screenshots_zh.py
 	cp $(SLIDER_SHOT) assets/figures/slider.png
+	cp $(ZH_SHOTS)/zh-check.png $(ZH_SHOTS)/zh-hint.png $(ZH_SHOTS)/zh-tang.png assets/figures/
 
 benchmark: install
 	$(PY) benchmarks/train_throughput.py

@@ -26,11 +26,13 @@ import torch.nn as nn
 from gptlib.attention import CausalSelfAttention
 from gptlib.config import GPTConfig, microgpt
 from gptlib.data import Corpus, sample_batch
+from gptlib.language import said
 from gptlib.mlp import MLP
 from gptlib.model import GPT
 from gptlib.train import estimate_loss, train
 
-RUNGS = ("bigram", "one head", "four heads", "+ MLP", "+ residuals and norms")
+# The rungs' names: English to the code, said in the reader's language where a table shows them.
+RUNGS = ("bigram", said("one head"), said("four heads"), "+ MLP", said("+ residuals and norms"))
 
 
 class PartialGPT(nn.Module):

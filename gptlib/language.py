@@ -12,8 +12,13 @@ line takes `--lang zh` or, without it, the locale, read as gettext reads it (`$L
 `$LC_ALL`, `$LC_MESSAGES`, `$LANG`: `LANG=zh_CN.UTF-8` is Chinese). The library alone starts in
 English whatever the locale, so the English notebooks stay English on a Chinese system.
 
+What a notebook itself prints or draws goes through `tr("...", name=value)`, the same lookup
+followed by the filling in of the values: the notebooks' code is the same in both editions and
+the Chinese edition prints Chinese. Those sentences are kept one catalogue per notebook
+(`gptlib/locale/zh_CN/LC_MESSAGES/notebooks/NN_topic.po`), beside gptlib's own.
+
 After changing an English sentence: `python -m gptlib.language update` adds the new sentences to
-the catalogue (empty) and marks the changed ones fuzzy; `tests/test_language.py` fails until each
+the catalogues (empty) and marks the changed ones fuzzy; `tests/test_language.py` fails until each
 has its Chinese again.
 """
 
@@ -36,17 +41,25 @@ __all__ = [
     "get_language",
     "language_from_locale",
     "screen_width",
+    "said",
     "set_language",
+    "tr",
 ]
 
 DOMAIN = "gptlib"
 LOCALE = Path(__file__).parent / "locale"
+# The course's notebooks, whose own sentences (`tr("...")`) have a catalogue each.
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 # The languages gptlib speaks, by the code a reader passes: the catalogue's locale (None: English).
 LANGUAGES: Mapping[str, str | None] = {"en": None, "zh": "zh_CN"}
 _language = "en"
 HEADER = """\
 # What gptlib says to a reader, in Chinese. The English sentence (msgid) is the source, written in
 # gptlib's code; `python -m gptlib.language update` brings this file in step with it, and
+# tests/test_language.py fails while a sentence has no Chinese or a fuzzy one."""
+NOTEBOOK_HEADER = """\
+# What notebook {notebook} itself prints and draws, in Chinese: each `tr("...")` of its code cells.
+# `python -m gptlib.language update` brings this file in step with the notebook, and
 # tests/test_language.py fails while a sentence has no Chinese or a fuzzy one."""
 
 
@@ -102,19 +115,19 @@ def catalogue_path(code: str, locale: Path = LOCALE) -> Path:
     return locale / str(LANGUAGES[code]) / "LC_MESSAGES" / f"{DOMAIN}.po"
 
 
-@cache
-def _translations(code: str) -> gettext.NullTranslations:
-    """The catalogue of `code` as gettext's translations, compiled from its `.po` in memory
-    (fuzzy entries, whose English changed since they were translated, are left out)."""
-    if LANGUAGES[code] is None:
-        return gettext.NullTranslations()
+def notebook_catalogue_path(code: str, notebook: str, locale: Path = LOCALE) -> Path:
+    """Where the catalogue of what notebook `notebook` ("03_scaled_attention") itself says is kept.
+
+    Not taught in a notebook: where the translations of the notebooks' own sentences live."""
+    return locale / str(LANGUAGES[code]) / "LC_MESSAGES" / "notebooks" / f"{notebook}.po"
+
+
+def _compiled(path: Path) -> gettext.GNUTranslations:
+    """The `.po` at `path` as gettext's translations, compiled in memory (fuzzy entries, whose
+    English changed since they were translated, are left out)."""
     from babel.messages.mofile import write_mo
     from babel.messages.pofile import read_po
 
-    path = catalogue_path(code)
-    if not path.is_file():
-        print(f"gptlib: no catalogue {path}: showing English", file=sys.stderr)
-        return gettext.NullTranslations()
     with path.open("rb") as f:
         catalogue = read_po(f)
     compiled = io.BytesIO()
@@ -123,10 +136,62 @@ def _translations(code: str) -> gettext.NullTranslations:
     return gettext.GNUTranslations(compiled)
 
 
+@cache
+def _translations(code: str) -> gettext.NullTranslations:
+    """The catalogues of `code` as one gettext translations: gptlib's, then each notebook's."""
+    if LANGUAGES[code] is None:
+        return gettext.NullTranslations()
+    path = catalogue_path(code)
+    if not path.is_file():
+        print(f"gptlib: no catalogue {path}: showing English", file=sys.stderr)
+        return gettext.NullTranslations()
+    translations = _compiled(path)
+    for notebook in sorted(notebook_catalogue_path(code, "x").parent.glob("*.po")):
+        translations.add_fallback(_compiled(notebook))
+    return translations
+
+
 def _(message: str) -> str:
     """`message` in the language in use (itself when it has no translation; "" stays "", where
     gettext would answer with the catalogue's header)."""
     return _translations(_language).gettext(message) if message else message
+
+
+def tr(message: str, /, **values: object) -> str:
+    """What a notebook prints or draws, in the language in use, with `values` filled in:
+    `tr("{n} steps, loss {loss:.3f}", n=n, loss=loss)`. English in the English edition, Chinese in
+    the Chinese one, from the same line of code.
+
+    Not taught in a notebook: how a notebook's sentences follow the edition's language."""
+    text = _(message)
+    return text.format(**values) if values else text
+
+
+class Said(str):
+    """A sentence that is its English text to the code (equal to it, found by it, sorted by it)
+    and says itself in the language in use when shown: `str(s)`, a table's cell, a print."""
+
+    template: str
+    values: dict
+
+    def __new__(cls, template: str, /, **values: object) -> Said:
+        said_ = super().__new__(cls, template.format(**values) if values else template)
+        said_.template, said_.values = template, values
+        return said_
+
+    def __str__(self) -> str:
+        return tr(self.template, **self.values)
+
+    def __format__(self, spec: str) -> str:  # inside another sentence: said too
+        return format(str(self), spec)
+
+
+def said(template: str, /, **values: object) -> Said:
+    """`template` with `values`, kept English for the code and translated when shown: the steps
+    and rows of a shape table, which a notebook selects by their English names.
+
+    Not taught in a notebook: how a table's rows are shown in Chinese."""
+    return Said(template, **values)
 
 
 def N_(message: str) -> str:
@@ -145,7 +210,9 @@ def sentences() -> dict[str, list[str]]:
 
     found: dict[str, list[str]] = {}
     for filename, lineno, message, _comments, _context in extract_from_dir(
-        Path(__file__).parent, method_map=[("**.py", "python")], keywords={"_": None, "N_": None}
+        Path(__file__).parent,
+        method_map=[("**.py", "python")],
+        keywords={"_": None, "N_": None, "said": None},
     ):
         found.setdefault(message, []).append(f"gptlib/{filename}:{lineno}")
     return found
@@ -159,49 +226,91 @@ def screen_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
-def update(locale: Path = LOCALE) -> list[str]:
-    """Extract every `_("...")` of gptlib into the catalogues under `locale`: new sentences added
-    with an empty translation, changed ones kept as fuzzy suggestions, vanished ones dropped.
-    Returns the sentences left to translate.
+def notebook_sentences(notebooks: Path = NOTEBOOKS) -> dict[str, dict[str, list[str]]]:
+    """Every `tr("...")` of each notebook's code cells: notebook -> English sentence -> cells.
 
-    Not taught in a notebook: run as `python -m gptlib.language update` after an English edit."""
+    Not taught in a notebook: what each notebook's catalogue must translate."""
+    import json
+
+    from babel.messages.extract import extract
+
+    found: dict[str, dict[str, list[str]]] = {}
+    for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
+        sentences = found.setdefault(path.stem, {})
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            code = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            if "tr(" not in code:
+                continue
+            for _line, message, _comments, _context in extract(
+                "python", io.BytesIO(code.encode("utf-8")), keywords={"tr": None}
+            ):
+                sentences.setdefault(message, []).append(f"{path.name} cell {cell.get('id')}")
+    return found
+
+
+def _write_catalogue(path: Path, name: str, messages, header: str = HEADER) -> list[str]:
+    """Bring the catalogue at `path` (locale `name`) in step with `messages`; the sentences left
+    to translate."""
     from babel.messages.catalog import Catalog
     from babel.messages.pofile import read_po, write_po
 
     fixed = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)  # no churn per update
     template = Catalog(project=DOMAIN, version="0.1", creation_date=fixed)
-    for message in sentences():
+    for message in messages:
         template.add(message)
+    if path.is_file():
+        with path.open("rb") as f:
+            catalogue = read_po(f, locale=name)
+    else:
+        catalogue = Catalog(locale=name, project=DOMAIN, version="0.1")
+    catalogue.update(template, no_fuzzy_matching=False)
+    catalogue.obsolete.clear()
+    catalogue.revision_date, catalogue.fuzzy = fixed, False
+    catalogue.last_translator = catalogue.language_team = "gptlib"
+    catalogue.header_comment = header
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as f:
+        write_po(f, catalogue, width=100, no_location=True, include_previous=True)
+    os.replace(tmp, path)
+    missing = [m.id for m in catalogue if m.id and (not m.string or m.fuzzy)]
+    print(f"{path}: {len([m for m in catalogue if m.id])} sentences, {len(missing)} to translate")
+    return missing
+
+
+def update(
+    locale: Path = LOCALE, notebooks: Path = NOTEBOOKS, only: str | None = None
+) -> list[str]:
+    """Extract every `_("...")` of gptlib and every `tr("...")` of the notebooks into the
+    catalogues under `locale`: new sentences added with an empty translation, changed ones kept
+    as fuzzy suggestions, vanished ones dropped. Returns the sentences left to translate.
+
+    `only` ("03_scaled_attention") brings that notebook's catalogue alone in step.
+
+    Not taught in a notebook: run as `python -m gptlib.language update [NN_topic]` after an
+    English edit."""
     left = []
+    by_notebook = notebook_sentences(notebooks) if notebooks.is_dir() else {}
     for code, name in LANGUAGES.items():
         if name is None:
             continue
-        path = catalogue_path(code, locale)
-        if path.is_file():
-            with path.open("rb") as f:
-                catalogue = read_po(f, locale=name)
-        else:
-            catalogue = Catalog(locale=name, project=DOMAIN, version="0.1")
-        catalogue.update(template, no_fuzzy_matching=False)
-        catalogue.obsolete.clear()
-        catalogue.revision_date, catalogue.fuzzy = fixed, False
-        catalogue.last_translator = catalogue.language_team = "gptlib"
-        catalogue.header_comment = HEADER
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        with tmp.open("wb") as f:
-            write_po(f, catalogue, width=100, no_location=True, include_previous=True)
-        os.replace(tmp, path)
-        missing = [m.id for m in catalogue if m.id and (not m.string or m.fuzzy)]
-        print(
-            f"{path}: {len([m for m in catalogue if m.id])} sentences, {len(missing)} to translate"
-        )
-        left += missing
+        if only is None:
+            left += _write_catalogue(catalogue_path(code, locale), name, sentences())
+        for notebook, messages in by_notebook.items():
+            if only is not None and notebook != only:
+                continue
+            path = notebook_catalogue_path(code, notebook, locale)
+            if messages or path.is_file():
+                left += _write_catalogue(
+                    path, name, messages, NOTEBOOK_HEADER.format(notebook=notebook)
+                )
     _translations.cache_clear()
     return left
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["update"]:
-        sys.exit("usage: python -m gptlib.language update")
-    update()
+    if sys.argv[1:2] != ["update"] or len(sys.argv) > 3:
+        sys.exit("usage: python -m gptlib.language update [NN_topic]")
+    update(only=sys.argv[2] if len(sys.argv) == 3 else None)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from gptlib.config import GPTConfig
-from gptlib.language import N_, _, screen_width
+from gptlib.language import N_, _, said, screen_width
 from gptlib.model import GPT, IGNORE_INDEX, attention_weights
 
 # ---------------------------------------------------------------------------------------------
@@ -225,7 +225,9 @@ def _legend(cfg: GPTConfig, B: int | None = None, n: int | None = None) -> str:
 
 # The names of the columns; each is shown in the language in use (Table.headings).
 SHAPE_COLUMNS = [N_("step"), N_("tensor"), N_("shape"), N_("symbolic"), "dtype", N_("elements")]
-TEXTBOOK_LOSS = "textbook's loss"  # the step of the rows shape_table(..., textbook_loss=True) adds
+TEXTBOOK_LOSS = said(
+    "textbook's loss"
+)  # the step of the rows shape_table(..., textbook_loss=True) adds
 
 
 @torch.no_grad()
@@ -251,22 +253,28 @@ def shape_table(
     if textbook_loss and labels is None:
         raise ValueError(_("textbook_loss=True needs labels: the textbook's route is a loss's"))
     rec = _Recorder(model.cfg, *idx.shape)
-    rec.add("input", "idx", idx, ("B", "n"))
+    rec.add(said("input"), "idx", idx, ("B", "n"))
     if labels is not None:
-        rec.add("input", "labels (the same window; shifted inside the loss)", labels, ("B", "n"))
+        rec.add(
+            said("input"),
+            said("labels (the same window; shifted inside the loss)"),
+            labels,
+            ("B", "n"),
+        )
     captured = {}
 
     def on_logits(i, out):
         captured["logits"] = out
-        rec.add("output", "logits = lm_head(ln_f(x))", out, ("B", "n", "V"))
+        rec.add(said("output"), "logits = lm_head(ln_f(x))", out, ("B", "n", "V"))
 
     # The readable attention path, whose softmax weights land in `weights` as each layer runs.
     with attention_weights(model) as weights:
         _hook_embedding(rec, model)
         for layer, block in enumerate(model.blocks):
-            _hook_attention(rec, block.attn, f"block {layer} attention", weights)
+            _hook_attention(rec, block.attn, said("block {layer} attention", layer=layer), weights)
             _hook_block(rec, block, layer)
-        rec.after(model.ln_f, lambda i, out: rec.add("output", "ln_f(x)", out, ("B", "n", "d")))
+        out_step = said("output")
+        rec.after(model.ln_f, lambda i, out: rec.add(out_step, "ln_f(x)", out, ("B", "n", "d")))
         rec.after(model.lm_head, on_logits)
         _logits, loss = _run_once(model, idx, labels, rec)
     if textbook_loss:
@@ -309,29 +317,34 @@ class _Recorder:
 
 def _hook_embedding(rec: _Recorder, model: GPT) -> None:
     BND = ("B", "n", "d")
-    rec.after(model.tok_emb, lambda i, out: rec.add("embedding", "tok_emb(idx)", out, BND))
-    rec.before(model.pos_emb, lambda pos: rec.add("embedding", "pos = arange(n)", pos, ("n",)))
-    rec.after(model.pos_emb, lambda i, out: rec.add("embedding", "pos_emb(pos)", out, ("n", "d")))
-    rec.before(model.drop, lambda x: rec.add("embedding", "tok_emb(idx) + pos_emb(pos)", x, BND))
-    rec.after(model.drop, lambda i, out: rec.add("embedding", "x = drop(...)", out, BND))
+    step = said("embedding")
+    rec.after(model.tok_emb, lambda i, out: rec.add(step, "tok_emb(idx)", out, BND))
+    rec.before(model.pos_emb, lambda pos: rec.add(step, "pos = arange(n)", pos, ("n",)))
+    rec.after(model.pos_emb, lambda i, out: rec.add(step, "pos_emb(pos)", out, ("n", "d")))
+    rec.before(model.drop, lambda x: rec.add(step, "tok_emb(idx) + pos_emb(pos)", x, BND))
+    rec.after(model.drop, lambda i, out: rec.add(step, "x = drop(...)", out, BND))
 
 
 def _hook_block(rec: _Recorder, block, layer: int) -> None:
     """Rows of one block's norms, residual sums and MLP, in the order its placement computes."""
     BND = ("B", "n", "d")
     add, before, after = rec.add, rec.before, rec.after
-    res = f"block {layer} residual + norm"
-    mlp = f"block {layer} MLP"
+    res = said("block {layer} residual + norm", layer=layer)
+    mlp = said("block {layer} MLP", layer=layer)
+    attn = said("block {layer} attention", layer=layer)
     if rec.cfg.norm_placement == "pre":  # x = x + attn(ln1(x)); x = x + mlp(ln2(x))
-        after(block.ln1, lambda i, out, s=f"block {layer} attention": add(s, "ln1(x)", out, BND))
+        after(block.ln1, lambda i, out, s=attn: add(s, "ln1(x)", out, BND))
         before(block.ln2, lambda x, s=res: add(s, "x + attn(ln1(x))", x, BND))
         after(block.ln2, lambda i, out, s=mlp: add(s, "ln2(x)", out, BND))
-        after(block, lambda i, out, s=res: add(s, "x + mlp(ln2(x)) = block output", out, BND))
+        after(block, lambda i, out, s=res: add(s, said("x + mlp(ln2(x)) = block output"), out, BND))
     else:  # x = ln1(x + attn(x)); x = ln2(x + mlp(x))
         before(block.ln1, lambda x, s=res: add(s, "x + attn(x)", x, BND))
         after(block.ln1, lambda i, out, s=res: add(s, "ln1(x + attn(x))", out, BND))
         before(block.ln2, lambda x, s=res: add(s, "x + mlp(x)", x, BND))
-        after(block.ln2, lambda i, out, s=res: add(s, "ln2(x + mlp(x)) = block output", out, BND))
+        after(
+            block.ln2,
+            lambda i, out, s=res: add(s, said("ln2(x + mlp(x)) = block output"), out, BND),
+        )
     act = rec.cfg.activation
     after(block.mlp.fc, lambda i, out, s=mlp: add(s, "fc(x)", out, ("B", "n", "4d")))
     # The activation is a plain function, invisible to hooks; it is what mlp.proj receives.
@@ -394,7 +407,10 @@ def _loss_rows(rec: _Recorder, logits, labels, calls, loss) -> None:
     ignore = kwargs.get("ignore_index", IGNORE_INDEX)
     ignored, total = int((target == ignore).sum()), target.numel()
     V = logits.size(-1)
-    rec.add("loss", "GPT.loss(logits, labels): logits, all n positions", logits, ("B", "n", "V"))
+    step = said("loss")
+    rec.add(
+        step, said("GPT.loss(logits, labels): logits, all n positions"), logits, ("B", "n", "V")
+    )
     routes = {  # what the call's tensors are, recognised among the ways to write the shift
         "logits.reshape(-1, V)": logits.reshape(-1, V),
         "logits[:, :-1].reshape(-1, V)": logits[:, :-1].reshape(-1, V),
@@ -403,14 +419,28 @@ def _loss_rows(rec: _Recorder, logits, labels, calls, loss) -> None:
         ).reshape(-1),
         "labels[:, 1:].reshape(-1)": labels[:, 1:].reshape(-1),
     }
-    input_name = _recognise(inputs, routes, "the logits, in another form")
-    target_name = _recognise(target, routes, "the labels, in another form")
-    rec.add("loss", f"cross_entropy input: {input_name}", inputs, ("Bn", "V"), flat=True)
-    name = f"cross_entropy target: {target_name} ({ignored} of {total} ignored)"
-    rec.add("loss", name, target, ("Bn",), flat=True)
+    input_name = _recognise(inputs, routes, said("the logits, in another form"))
+    target_name = _recognise(target, routes, said("the labels, in another form"))
+    rec.add(
+        step, said("cross_entropy input: {name}", name=input_name), inputs, ("Bn", "V"), flat=True
+    )
+    name = said(
+        "cross_entropy target: {name} ({ignored} of {total} ignored)",
+        name=target_name,
+        ignored=ignored,
+        total=total,
+    )
+    rec.add(step, name, target, ("Bn",), flat=True)
     how = kwargs.get("reduction", "mean")
-    over = f"mean over the {total - ignored} not ignored" if how == "mean" else how
-    rec.add("loss", f"loss = cross_entropy(...), {over}", out, ())
+    if how == "mean":
+        rec.add(
+            step,
+            said("loss = cross_entropy(...), mean over the {n} not ignored", n=total - ignored),
+            out,
+            (),
+        )
+    else:
+        rec.add(step, said("loss = cross_entropy(...), {how}", how=how), out, ())
 
 
 def _recognise(t: torch.Tensor, routes: Mapping[str, torch.Tensor], otherwise: str) -> str:
@@ -424,14 +454,16 @@ def _textbook_loss_rows(rec: _Recorder, logits, labels, loss) -> None:
     """The textbook's route to the loss: cut the logits and the labels, flatten, cross_entropy."""
     V, step = logits.size(-1), TEXTBOOK_LOSS
     shifted, targets = logits[:, :-1], labels[:, 1:]
-    rec.add(step, "logits[:, :-1] (no label after the last position)", shifted, ("B", "n-1", "V"))
-    rec.add(step, "labels[:, 1:] (no prediction for the first token)", targets, ("B", "n-1"))
+    rec.add(
+        step, said("logits[:, :-1] (no label after the last position)"), shifted, ("B", "n-1", "V")
+    )
+    rec.add(step, said("labels[:, 1:] (no prediction for the first token)"), targets, ("B", "n-1"))
     flat_logits, flat_targets = shifted.reshape(-1, V), targets.reshape(-1)
     rec.add(step, "logits[:, :-1].reshape(-1, V)", flat_logits, ("B(n-1)", "V"))
     rec.add(step, "labels[:, 1:].reshape(-1)", flat_targets, ("B(n-1)",))
     again = F.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX)
     _check(torch.allclose(again, loss), "the textbook's route gives another loss than the model's")
-    rec.add(step, "cross_entropy(...) = the model's loss (torch.allclose)", again, ())
+    rec.add(step, said("cross_entropy(...) = the model's loss (torch.allclose)"), again, ())
 
 
 def _check(ok: bool, what: str) -> None:
@@ -454,7 +486,7 @@ def _hook_attention(rec: _Recorder, attn, step: str, seen: list) -> None:
         add(step, "qkv(x)", out, ("B", "n", "3d"))
         d = x.size(-1)
         q, k, v = (attn.split_heads(t) for t in out.split(d, dim=2))  # as in forward
-        add(step, "q, k, v = split_heads(...) (each)", q, ("B", "h", "n", "d_h"))
+        add(step, said("q, k, v = split_heads(...) (each)"), q, ("B", "h", "n", "d_h"))
         kt = k.transpose(-2, -1)
         add(step, "k.transpose(-2, -1)", kt, ("B", "h", "d_h", "n"))
         scores = (q @ kt) / math.sqrt(attn.head_dim)
@@ -463,14 +495,14 @@ def _hook_attention(rec: _Recorder, attn, step: str, seen: list) -> None:
 
     def on_proj_input(y_merged):
         mask = attn.future[:n, :n]  # a slice of the [T, T] buffer
-        add(step, "future[:n, :n] (True = masked)", mask, ("n", "n"))
+        add(step, said("future[:n, :n] (True = masked)"), mask, ("n", "n"))
         weights = seen[-1]  # what the module computed during this very pass
         again = state["scores"].masked_fill(mask, float("-inf")).softmax(dim=-1)
         _check(
             torch.allclose(again, weights, atol=1e-6),
             "softmax of the masked scores is not the weights the attention computed",
         )
-        add(step, "weights = softmax(masked scores)", weights, ("B", "h", "n", "n"))
+        add(step, said("weights = softmax(masked scores)"), weights, ("B", "h", "n", "n"))
         y = weights @ state["v"]
         add(step, "weights @ v", y, ("B", "h", "n", "d_h"))
         y = y.transpose(1, 2)
@@ -479,7 +511,7 @@ def _hook_attention(rec: _Recorder, attn, step: str, seen: list) -> None:
             torch.allclose(y.reshape(y_merged.shape), y_merged, atol=1e-6),
             "weights @ v is not what proj received",
         )
-        add(step, "heads side by side (view)", y_merged, ("B", "n", "d"))
+        add(step, said("heads side by side (view)"), y_merged, ("B", "n", "d"))
 
     after(attn.qkv, on_qkv)
     before(attn.proj, on_proj_input)

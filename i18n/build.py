@@ -9,17 +9,21 @@ hash of the English text it translates::
     ...
 
 ``build`` writes ``notebooks/<lang>/NN_topic.ipynb``: the English notebook with every markdown
-cell's text replaced by its translation. Code cells, their outputs and the notebook's metadata
-are the English notebook's, unchanged, so the two editions cannot differ in what they compute,
-but for one thing: the first code cell also chooses the edition's language for what ``gptlib``
-says (two added lines, ``set_language("zh")``, see ``gptlib.language``).
+cell's text replaced by its translation. Its code is the English notebook's, so the two editions
+cannot differ in what they compute, but for one thing: the first code cell also chooses the
+edition's language for what ``gptlib`` and the notebook's own ``tr("...")`` say (it imports
+``set_language`` and calls ``set_language("zh")``, see ``gptlib.language``). Its outputs are the
+edition's own run (``make notebooks`` executes both editions): ``build`` keeps them for every
+code cell whose code did not change, and leaves a changed cell without outputs until the edition
+is executed again.
 Links keep working: a link to a heading of a notebook (``07_mlp.ipynb#1.-d-→-4d-→-d,-by-hand``)
 is written in the translation with the English anchor and pointed at the translated heading
 here; a link out of ``notebooks/`` gains one ``../``.
 
 ``check`` lists what is out of step: a translation whose English cell has changed since (its
 hash no longer matches), a markdown cell with no translation, a block for a cell that no longer
-exists, a built notebook that differs from what ``build`` would write. ``template NN`` writes a
+exists, a built notebook that differs from what ``build`` would write, a code cell not executed in
+the edition since its code changed. ``template NN`` writes a
 translation file for notebook NN (or adds the blocks it lacks), with the English text in each
 new block to be replaced.
 
@@ -48,7 +52,15 @@ LANGS = {"zh": "zh-CN"}  # folder name -> the language tag written into the note
 # the cell's first statement, so the twin's code is the English code plus these two lines.
 LANGUAGE_IMPORT = "from gptlib.language import set_language"
 LANGUAGE_CALL = {"zh": 'set_language("zh")  # gptlib 的检查与消息用中文'}
-MARKER = re.compile(r"^<!-- cell (\S+) · en ([0-9a-f]{12}) -->$", re.M)
+MARKER = re.compile(r"^<!-- (?:cell|section) (\S+) · en ([0-9a-f]{12}) -->$", re.M)
+# The repository's documents that have an edition in another language: ERRATA.md is written
+# ERRATA.zh-CN.md from i18n/zh/ERRATA.md, one block per section (a heading and what follows it).
+DOCUMENTS = ("ERRATA.md",)
+DOCUMENT_HEADER = (
+    "<!-- {name}: the {lang} text of each section of {name}.md. A block starts at its marker: the "
+    "English section's anchor and the hash of the English text it translates "
+    "(python -m i18n.build check names the blocks whose English text has changed since). -->\n"
+)
 HEADER = (
     "<!-- {name}: the {lang} text of each markdown cell of notebooks/{name}.ipynb. A block starts "
     "at its marker: the English cell's id and the hash of the English text it translates "
@@ -116,8 +128,10 @@ def read_translation(path: Path) -> dict[str, Block]:
 
 
 def write_translation(path: Path, name: str, lang: str, blocks: list[Block]) -> None:
-    parts = [HEADER.format(name=name, lang=LANGS[lang])]
-    parts += [f"\n<!-- cell {b.cell_id} · en {b.en_hash} -->\n{b.text}\n" for b in blocks]
+    document = f"{name}.md" in DOCUMENTS
+    kind = "section" if document else "cell"
+    parts = [(DOCUMENT_HEADER if document else HEADER).format(name=name, lang=LANGS[lang])]
+    parts += [f"\n<!-- {kind} {b.cell_id} · en {b.en_hash} -->\n{b.text}\n" for b in blocks]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(parts), encoding="utf-8")
 
@@ -157,9 +171,10 @@ def _anchor_maps(lang: str) -> dict[str, dict[str, str]]:
     return maps
 
 
-def _relink(text: str, notebook: str, maps: dict[str, dict[str, str]]) -> str:
+def _relink(text: str, notebook: str, maps: dict[str, dict[str, str]], lang: str) -> str:
     """Point a translated cell's links at the translated notebooks' headings; a link that leaves
-    notebooks/ gains one ../ (the translated notebooks sit one folder deeper)."""
+    notebooks/ gains one ../ (the translated notebooks sit one folder deeper), and one to a
+    translated document (ERRATA.md) goes to its edition (ERRATA.zh-CN.md)."""
 
     def fix(m: re.Match) -> str:
         url = m.group(2)
@@ -171,6 +186,8 @@ def _relink(text: str, notebook: str, maps: dict[str, dict[str, str]]) -> str:
             fragment = maps.get(name, {}).get(fragment, fragment)
             return f"{m.group(1)}{target}{'#' if fragment else ''}{fragment}{m.group(3)}"
         if target.startswith("../"):
+            if target.removeprefix("../") in DOCUMENTS:  # the document's own edition
+                url = url.replace(target, f"../{document_edition(target[3:], lang).name}", 1)
             return f"{m.group(1)}../{url}{m.group(3)}"
         return m.group(0)
 
@@ -178,37 +195,224 @@ def _relink(text: str, notebook: str, maps: dict[str, dict[str, str]]) -> str:
 
 
 def with_language(code: str, lang: str) -> str:
-    """`code` (a notebook's first code cell) choosing `lang` for what gptlib says: the import among
-    its gptlib imports, in the order isort keeps, and the call just before the first statement
-    after the last import."""
+    """`code` (a notebook's first code cell) choosing `lang` for what gptlib says: `set_language`
+    imported among its gptlib imports, in the order isort keeps (joining the cell's own import from
+    gptlib.language, `tr`, where it has one), and the call just before the first statement after
+    the last import."""
     body = ast.parse(code).body
     imports = [n for n in body if isinstance(n, (ast.Import, ast.ImportFrom))]
     rest = [n for n in body if n.lineno > imports[-1].end_lineno] if imports else []
     if not rest:
         raise ValueError("the first code cell must hold imports and a statement after them")
     ours = [n for n in imports if isinstance(n, ast.ImportFrom) and n.module.startswith("gptlib")]
-    later = [n for n in ours if n.module > "gptlib.language"]
-    at = later[0].lineno - 1 if later else ours[-1].end_lineno
     lines = code.splitlines()
     lines.insert(rest[0].lineno - 1, LANGUAGE_CALL[lang])
+    same = [n for n in ours if n.module == "gptlib.language"]
+    if same:
+        [node] = same
+        names = sorted({a.name for a in node.names} | {"set_language"})
+        lines[node.lineno - 1 : node.end_lineno] = [language_import(names)]
+        return "\n".join(lines)
+    later = [n for n in ours if n.module > "gptlib.language"]
+    at = later[0].lineno - 1 if later else ours[-1].end_lineno
     lines.insert(at, LANGUAGE_IMPORT)
     return "\n".join(lines)
 
 
+def language_import(names: list[str]) -> str:
+    """The import line of `names` from gptlib.language."""
+    return f"from gptlib.language import {', '.join(names)}"
+
+
 def translated(path: Path, lang: str, maps: dict[str, dict[str, str]] | None = None) -> dict:
-    """The notebook `path` with its markdown in `lang`; English text where a block is missing."""
+    """The notebook `path` with its markdown in `lang`; English text where a block is missing.
+
+    Its code cells keep the outputs of the edition's own run (the notebook already built in
+    `notebooks/<lang>/`, executed by `make notebooks`) where their code is the one that ran; a
+    code cell whose code is new or changed has no outputs until the edition is executed again
+    (`check` names it). The edition's widget state is its own run's too."""
     maps = maps if maps is not None else _anchor_maps(lang)
     tr_path = translation_path(path, lang)
     blocks = read_translation(tr_path) if tr_path.is_file() else {}
     nb = load(path)  # a fresh copy, read from disk
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "markdown" and cell.get("id") in blocks:
-            text = _relink(blocks[cell["id"]].text, path.name, maps)
-            cell["source"] = text.splitlines(keepends=True)
+    built = NOTEBOOKS / lang / path.name
+    ran = load(built) if built.is_file() else {"cells": [], "metadata": {}}
+    own = {c.get("id"): c for c in ran["cells"] if c["cell_type"] == "code"}
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
     first["source"] = with_language(source(first), lang).splitlines(keepends=True)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown" and cell.get("id") in blocks:
+            text = _relink(blocks[cell["id"]].text, path.name, maps, lang)
+            cell["source"] = text.splitlines(keepends=True)
+        elif cell["cell_type"] == "code":
+            twin = own.get(cell.get("id"))
+            if twin is not None and source(twin) == source(cell):
+                cell["outputs"], cell["execution_count"] = twin["outputs"], twin["execution_count"]
+            else:
+                cell["outputs"], cell["execution_count"] = [], None
     nb["metadata"]["language_edition"] = {"language": LANGS[lang], "english": f"../{path.name}"}
+    if "widgets" in ran["metadata"]:
+        nb["metadata"]["widgets"] = ran["metadata"]["widgets"]
+    else:
+        nb["metadata"].pop("widgets", None)
     return nb
+
+
+def unexecuted(path: Path, lang: str) -> list[str]:
+    """The code cells of the built `lang` edition of `path` that have not run in that edition:
+    cells that ran in English (an execution count) and have none there."""
+    built = NOTEBOOKS / lang / path.name
+    if not built.is_file():
+        return []
+    there = {c.get("id"): c for c in load(built)["cells"] if c["cell_type"] == "code"}
+    return [
+        c.get("id")
+        for c in load(path)["cells"]
+        if c["cell_type"] == "code"
+        and c.get("execution_count") is not None
+        and there.get(c.get("id"), {}).get("execution_count") is None
+    ]
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading of a Markdown file."""
+    return re.sub(r"[^\w\- ]", "", rendered_text(heading).strip().lower()).replace(" ", "-")
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """A Markdown document cut at its headings: (the heading's anchor, the heading and the text
+    up to the next heading), in order."""
+    found: list[tuple[str, list[str]]] = []
+    in_fence = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        m = None if in_fence else _HEADING.match(line)
+        if m or not found:
+            found.append((slug(m.group(2)) if m else "top", []))
+        found[-1][1].append(line)
+    return [(anchor_, "\n".join(lines).strip("\n")) for anchor_, lines in found]
+
+
+def document_edition(document: str, lang: str) -> Path:
+    """ERRATA.md -> ERRATA.zh-CN.md."""
+    stem = document.removesuffix(".md")
+    return ROOT / f"{stem}.{LANGS[lang]}.md"
+
+
+def document_translation_path(document: str, lang: str) -> Path:
+    return ROOT / "i18n" / lang / document
+
+
+def _relink_document(text: str, lang: str, maps: dict[str, dict[str, str]]) -> str:
+    """A translated document's links: to a notebook's heading, the same heading of its edition;
+    to another translated document, its edition."""
+
+    def fix(m: re.Match) -> str:
+        url = m.group(2)
+        target, _, fragment = url.partition("#")
+        if re.match(r"^notebooks/\d\d_\w+\.ipynb$", target):
+            name = target.split("/")[1]
+            fragment = maps.get(name, {}).get(fragment, fragment)
+            target = f"notebooks/{lang}/{name}"
+        elif target in DOCUMENTS:
+            target = document_edition(target, lang).name
+        else:
+            return m.group(0)
+        return f"{m.group(1)}{target}{'#' if fragment else ''}{fragment}{m.group(3)}"
+
+    return _LINK.sub(fix, text)
+
+
+def translated_document(document: str, lang: str, maps=None) -> str:
+    """The `lang` edition of `document`: each section's translation (the English where a block is
+    missing), with the English heading's anchor kept where the translated heading's differs, so
+    that a link written for the English lands on the same section."""
+    maps = maps if maps is not None else _anchor_maps(lang)
+    tr_path = document_translation_path(document, lang)
+    blocks = read_translation(tr_path) if tr_path.is_file() else {}
+    parts = []
+    for anchor_, text in sections((ROOT / document).read_text(encoding="utf-8")):
+        block = blocks.get(anchor_)
+        if block is not None:
+            text = _relink_document(block.text, lang, maps)
+            heads = headings(text)
+            if anchor_ != "top" and (not heads or slug(heads[0]) != anchor_):
+                text = f'<a id="{anchor_}"></a>\n\n{text}'
+        parts.append(text)
+    return "\n\n".join(parts) + "\n"
+
+
+_CODE = re.compile(r"```.*?```|~~~.*?~~~|`[^`]+`", re.S)  # a span may wrap a line
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def section_differences(english: str, translation: str) -> list[str]:
+    """What a section's translation must keep from the English: its headings' levels, its link
+    targets, its code (spans and blocks, byte for byte) and the numbers of its prose."""
+    found = []
+
+    def levels(text: str) -> list[int]:
+        return [len(re.match(r"#+", h).group()) for h in re.findall(r"^#{1,6} ", text, re.M)]
+
+    def links(text: str) -> list[str]:
+        return sorted(m.group(2) for m in _LINK.finditer(_CODE.sub(" ", text)))
+
+    def numbers(text: str) -> list[str]:
+        prose = _LINK.sub(" ", _CODE.sub(" ", text))
+        return sorted(_NUMBER.findall(prose))
+
+    if levels(english) != levels(translation):
+        found.append(f"heading levels differ: {levels(english)} vs {levels(translation)}")
+    if links(english) != links(translation):
+        gone = sorted(set(links(english)) - set(links(translation)))
+        new = sorted(set(links(translation)) - set(links(english)))
+        found.append(f"links differ from the English (missing {gone}, added {new})")
+    code_en, code_tr = sorted(_CODE.findall(english)), sorted(_CODE.findall(translation))
+    if code_en != code_tr:
+        gone = [c[:60] for c in code_en if c not in code_tr]
+        new = [c[:60] for c in code_tr if c not in code_en]
+        found.append(f"code differs from the English (missing {gone}, added {new})")
+    if numbers(english) != numbers(translation):
+        ne, nt = numbers(english), numbers(translation)
+        gone = [n for n in set(ne) if ne.count(n) > nt.count(n)]
+        new = [n for n in set(nt) if nt.count(n) > ne.count(n)]
+        found.append(f"numbers differ from the English (fewer {sorted(gone)}, more {sorted(new)})")
+    return found
+
+
+def document_problems(document: str, lang: str, maps) -> list[str]:
+    tr_path = document_translation_path(document, lang)
+    where = f"i18n/{lang}/{document}"
+    if not tr_path.is_file():
+        return [f"{where}: missing ({document} has no translation)"]
+    found = []
+    blocks = read_translation(tr_path)
+    english = dict(sections((ROOT / document).read_text(encoding="utf-8")))
+    for anchor_, text in english.items():
+        block = blocks.get(anchor_)
+        if block is None:
+            found.append(f"{where}: section {anchor_} has no translation")
+        elif block.en_hash != english_hash(text):
+            found.append(
+                f"{where}: section {anchor_} translates an older English text "
+                f"(en {block.en_hash}; the English section is now {english_hash(text)})"
+            )
+        elif block.text == text:
+            found.append(f"{where}: section {anchor_} is still the English text")
+        else:
+            differ = section_differences(text, block.text)
+            found += [f"{where}: section {anchor_}: {d}" for d in differ]
+    for anchor_ in blocks.keys() - english.keys():
+        found.append(f"{where}: section {anchor_} is not a section of {document}")
+    built = document_edition(document, lang)
+    if not built.is_file() or built.read_text(encoding="utf-8") != translated_document(
+        document, lang, maps
+    ):
+        found.append(
+            f"{built.name}: not what the translation builds (run python -m i18n.build build)"
+        )
+    return found
 
 
 def build(lang: str = "zh", number: str | None = None) -> list[Path]:
@@ -225,6 +429,14 @@ def build(lang: str = "zh", number: str | None = None) -> list[Path]:
             continue
         target = out_dir / path.name
         text = dump(translated(path, lang, maps))
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
+            written.append(target)
+    for document in DOCUMENTS if number is None or f"{number}.md" in DOCUMENTS else ():
+        if not document_translation_path(document, lang).is_file():
+            continue
+        target = document_edition(document, lang)
+        text = translated_document(document, lang, maps)
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
             written.append(target)
@@ -295,12 +507,29 @@ def problems(lang: str = "zh") -> list[str]:
                 f"notebooks/{lang}/{path.name}: not what the translation builds "
                 "(run python -m i18n.build build)"
             )
+        missing = unexecuted(path, lang)
+        if missing:
+            found.append(
+                f"notebooks/{lang}/{path.name}: {len(missing)} code cells not executed in this "
+                f"edition since their code changed ({', '.join(missing[:5])}"
+                f"{', ...' if len(missing) > 5 else ''}; run make notebooks)"
+            )
+    for document in DOCUMENTS:
+        found += document_problems(document, lang, maps)
     return found
 
 
 def template(number: str, lang: str = "zh") -> Path:
     """Write (or complete) the translation file of notebook `number`: blocks already there are
-    kept, in the English notebook's order; a new block holds the English text to translate."""
+    kept, in the English notebook's order; a new block holds the English text to translate.
+    `number` may also name a document ("ERRATA")."""
+    if f"{number}.md" in DOCUMENTS:
+        tr_path = document_translation_path(f"{number}.md", lang)
+        old = read_translation(tr_path) if tr_path.is_file() else {}
+        english = sections((ROOT / f"{number}.md").read_text(encoding="utf-8"))
+        blocks = [old.get(a) or Block(a, english_hash(t), t) for a, t in english]
+        write_translation(tr_path, number, lang, blocks)
+        return tr_path
     (path,) = NOTEBOOKS.glob(f"{number}_*.ipynb")
     tr_path = translation_path(path, lang)
     old = read_translation(tr_path) if tr_path.is_file() else {}
@@ -315,7 +544,17 @@ def template(number: str, lang: str = "zh") -> Path:
 
 def mark(number: str, cell_id: str, lang: str = "zh") -> Path:
     """Record that the block of `cell_id` now translates the English cell's current text: run it
-    after updating a translation that `check` named."""
+    after updating a translation that `check` named. `number` may also name a document
+    ("ERRATA") and `cell_id` one of its sections' anchors."""
+    if f"{number}.md" in DOCUMENTS:
+        tr_path = document_translation_path(f"{number}.md", lang)
+        english = dict(sections((ROOT / f"{number}.md").read_text(encoding="utf-8")))
+        blocks = read_translation(tr_path)
+        if cell_id not in blocks or cell_id not in english:
+            raise SystemExit(f"{tr_path.relative_to(ROOT)}: no block for a section {cell_id}")
+        blocks[cell_id].en_hash = english_hash(english[cell_id])
+        write_translation(tr_path, number, lang, list(blocks.values()))
+        return tr_path
     (path,) = NOTEBOOKS.glob(f"{number}_*.ipynb")
     cells = {c.get("id"): c for c in load(path)["cells"] if c["cell_type"] == "markdown"}
     tr_path = translation_path(path, lang)

@@ -36,6 +36,14 @@ def errata() -> str:
     return ERRATA.read_text(encoding="utf-8")
 
 
+@pytest.fixture(scope="module", params=["ERRATA.md", "ERRATA.zh-CN.md"])
+def edition(request) -> str:
+    """Either edition of ERRATA: the Chinese one is built from i18n/zh/ERRATA.md."""
+    path = ROOT / request.param
+    assert path.is_file(), f"{request.param} is missing (python -m i18n.build build)"
+    return path.read_text(encoding="utf-8")
+
+
 def _entries(text: str) -> dict[str, str]:
     """'### N. title' -> the entry's text, up to the next heading."""
     found = {}
@@ -44,8 +52,8 @@ def _entries(text: str) -> dict[str, str]:
     return found
 
 
-def test_notebook_links_name_an_existing_notebook_and_heading(errata):
-    targets = _link_targets(errata, "notebooks/")
+def test_notebook_links_name_an_existing_notebook_and_heading(edition):
+    targets = _link_targets(edition, "notebooks/")
     assert len(targets) >= 16, f"only {len(targets)} links into the notebooks"
     problems, anchors = [], {}
     for target in targets:
@@ -63,10 +71,10 @@ def test_notebook_links_name_an_existing_notebook_and_heading(errata):
     assert not problems, "\n".join(problems)
 
 
-def test_links_to_repository_files_exist(errata):
+def test_links_to_repository_files_exist(edition):
     targets = [
         t
-        for t in _link_targets(errata, "")
+        for t in _link_targets(edition, "")
         if not t.startswith(("notebooks/", "#", "http://", "https://"))
     ]
     assert targets, "ERRATA.md links no library file"
@@ -86,12 +94,12 @@ def test_every_entry_has_its_four_parts(errata):
         assert "](" in evidence, f"entry {title!r} links no notebook or file as its evidence"
 
 
-def test_internal_anchors_resolve(errata):
+def test_internal_anchors_resolve(edition):
     headings = {
         re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
-        for h in re.findall(r"^#{1,6} (.*)$", errata, re.M)
-    }
-    for target in _link_targets(errata, "#"):
+        for h in re.findall(r"^#{1,6} (.*)$", edition, re.M)
+    } | set(re.findall(r'^<a id="([^"]+)"></a>$', edition, re.M))  # the English anchors kept
+    for target in _link_targets(edition, "#"):
         assert target[1:] in headings, f"no heading for the link {target}"
 
 

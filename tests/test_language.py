@@ -9,7 +9,14 @@ from babel.messages.pofile import read_po
 
 from gptlib import language
 from gptlib.cli import build_parser, main
-from gptlib.language import _, catalogue_path, get_language, language_from_locale, set_language
+from gptlib.language import (
+    _,
+    catalogue_path,
+    get_language,
+    language_from_locale,
+    set_language,
+    tr,
+)
 
 HAN = re.compile(r"[\u4e00-\u9fff]")
 LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
@@ -33,11 +40,93 @@ def test_every_english_sentence_has_its_chinese_and_none_is_stale():
     assert not gone, f"in the catalogue but no longer in the code: {gone}"
 
 
+def _notebook_catalogue(stem):
+    with language.notebook_catalogue_path("zh", stem).open("rb") as f:
+        return {m.id: m for m in read_po(f, locale="zh_CN") if m.id}
+
+
+def test_every_sentence_a_notebook_prints_has_its_chinese_and_none_is_stale():
+    """What a notebook's own code prints or draws goes through `tr`, and its catalogue has the
+    Chinese of every such sentence: the same staleness rule as gptlib's."""
+    found = language.notebook_sentences()
+    assert len(found) == 17 and sum(len(s) for s in found.values()) >= 300
+    folder = language.notebook_catalogue_path("zh", "x").parent
+    assert {p.stem for p in folder.glob("*.po")} == {s for s, m in found.items() if m}
+    problems = []
+    for stem, source in found.items():
+        if not source:
+            continue
+        catalogue = _notebook_catalogue(stem)
+        problems += [f"{stem}: not in the catalogue: {s!r}" for s in source if s not in catalogue]
+        problems += [f"{stem}: no Chinese: {s!r}" for s, m in catalogue.items() if not m.string]
+        problems += [f"{stem}: stale: {s!r}" for s, m in catalogue.items() if m.fuzzy]
+        problems += [f"{stem}: left over: {s!r}" for s in catalogue if s not in source]
+    assert not problems, "\n".join(problems[:30])
+
+
+def test_a_sentence_said_in_two_notebooks_is_translated_one_way():
+    seen, differ = {}, []
+    for stem in language.notebook_sentences():
+        path = language.notebook_catalogue_path("zh", stem)
+        if not path.is_file():
+            continue
+        for english, entry in _notebook_catalogue(stem).items():
+            if seen.setdefault(english, (stem, entry.string))[1] != entry.string:
+                differ.append(f"{english!r}: {seen[english]} vs {stem} {entry.string!r}")
+    for english, entry in _catalogue().items():
+        if english in seen and seen[english][1] != entry.string:
+            differ.append(f"{english!r}: gptlib's {entry.string!r} vs {seen[english]}")
+    assert not differ, "\n".join(differ)
+
+
+def test_no_notebook_translates_an_f_string():
+    """`tr(f"...")` fills the values before the lookup: no catalogue can hold that sentence."""
+    import json
+
+    found = []
+    for path in sorted(language.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            code = "".join(cell["source"])
+            if cell["cell_type"] == "code" and re.search(r"\btr\(\s*[rRbB]?[fF]", code):
+                found.append(f"{path.name} cell {cell.get('id')}")
+    assert not found, found
+
+
+def test_tr_fills_the_values_after_the_lookup():
+    try:
+        set_language("zh")
+        assert tr("options") == "选项"  # a sentence of gptlib's catalogue
+        assert tr("{n} of {m}", n=3, m=4) == "3 of 4"  # no translation: the English, filled in
+    finally:
+        set_language("en")
+    assert tr("{x:.2f} nats", x=1.0 / 3) == "0.33 nats"
+
+
+def test_a_said_sentence_is_english_to_the_code_and_translated_when_shown():
+    """A shape table's step stays "input" for a notebook that selects rows by it, and shows as
+    输入 in the Chinese edition."""
+    step = language.said("block {layer} attention", layer=0)
+    assert step == "block 0 attention" and step in ("block 0 attention",)
+    try:
+        set_language("zh")
+        assert step == "block 0 attention"  # still found by its English name
+        assert str(step) == "第 0 块 注意力" and f"[{step:>12}]" == "[   第 0 块 注意力]"
+    finally:
+        set_language("en")
+    assert str(step) == "block 0 attention"
+
+
 def test_update_leaves_an_up_to_date_catalogue_as_it_is(tmp_path):
     copy = tmp_path / "locale"
     shutil.copytree(language.LOCALE, copy)
     assert language.update(copy) == []
     assert catalogue_path("zh", copy).read_bytes() == catalogue_path("zh").read_bytes()
+    for stem in language.notebook_sentences():
+        ours = language.notebook_catalogue_path("zh", stem)
+        if ours.is_file():
+            assert (
+                language.notebook_catalogue_path("zh", stem, copy).read_bytes() == ours.read_bytes()
+            )
 
 
 def test_a_changed_english_sentence_is_stale_until_translated_again(tmp_path, monkeypatch):

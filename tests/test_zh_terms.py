@@ -1,5 +1,6 @@
 """One term, one rendering, in the Chinese edition: the prose of every zh notebook
-(i18n/zh/*.md), README.zh-CN.md, GLOSSARY.md and gptlib's catalogue use the textbook's term where
+(i18n/zh/*.md), ERRATA's (i18n/zh/ERRATA.md), README.zh-CN.md, GLOSSARY.md, gptlib's catalogue
+and the notebooks' catalogues use the textbook's term where
 it has one, and the refused variants below appear nowhere."""
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def FILES() -> list[Path]:  # noqa: N802  (read by the one-off script that appli
         ROOT / "README.zh-CN.md",
         ROOT / "GLOSSARY.md",
         ROOT / "gptlib" / "locale" / "zh_CN" / "LC_MESSAGES" / "gptlib.po",
+        *sorted((ROOT / "gptlib" / "locale" / "zh_CN" / "LC_MESSAGES" / "notebooks").glob("*.po")),
     ]
 
 

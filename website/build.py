@@ -166,8 +166,10 @@ def prepare(nb: dict, name: str, lang: str, targets: dict[str, dict[str, str]]) 
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
             text = re.sub(r"\]\((\d\d_\w+)\.ipynb(?:#([^)\s]+))?\)", link, source(cell))
-            # ERRATA.md is the repository's, not a page of the site: its entries are named only
-            cell["source"] = re.sub(r"\[([^\]]*)\]\((?:\.\./)+ERRATA\.md[^)]*\)", r"\1", text)
+            # ERRATA.md (and ERRATA.zh-CN.md) is the repository's, not a page of the site: its entries are named only
+            cell["source"] = re.sub(
+                r"\[([^\]]*)\]\((?:\.\./)+ERRATA(?:\.zh-CN)?\.md[^)]*\)", r"\1", text
+            )
             continue
         outputs = []
         drawn = [w for w in frames.DRAW if f"widgets.{w}(" in source(cell)]

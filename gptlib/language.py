@@ -162,14 +162,16 @@ def tr(message: str, /, **values: object) -> str:
     `tr("{n} steps, loss {loss:.3f}", n=n, loss=loss)`. English in the English edition, Chinese in
     the Chinese one, from the same line of code.
 
-    Not taught in a notebook: how a notebook's sentences follow the edition's language."""
+    Taught in notebook 00 (data and tokens)."""
     text = _(message)
     return text.format(**values) if values else text
 
 
 class Said(str):
     """A sentence that is its English text to the code (equal to it, found by it, sorted by it)
-    and says itself in the language in use when shown: `str(s)`, a table's cell, a print."""
+    and says itself in the language in use when shown: `str(s)`, a table's cell, a print.
+
+    Not taught in a notebook: what `said` returns."""
 
     template: str
     values: dict
@@ -190,7 +192,7 @@ def said(template: str, /, **values: object) -> Said:
     """`template` with `values`, kept English for the code and translated when shown: the steps
     and rows of a shape table, which a notebook selects by their English names.
 
-    Not taught in a notebook: how a table's rows are shown in Chinese."""
+    Not taught in a notebook: how a shape table's rows are shown in Chinese."""
     return Said(template, **values)
 
 
@@ -203,7 +205,8 @@ def N_(message: str) -> str:
 
 
 def sentences() -> dict[str, list[str]]:
-    """Every `_("...")` of gptlib's source: the English sentence -> where it stands.
+    """Every `_("...")`, `N_("...")` and `said("...")` of gptlib's source: the English sentence ->
+    where it stands.
 
     Not taught in a notebook: what the catalogue must translate."""
     from babel.messages.extract import extract_from_dir
@@ -289,8 +292,7 @@ def update(
 
     `only` ("03_scaled_attention") brings that notebook's catalogue alone in step.
 
-    Not taught in a notebook: run as `python -m gptlib.language update [NN_topic]` after an
-    English edit."""
+    Not taught in a notebook: `python -m gptlib.language update [NN_topic]` after an edit."""
     left = []
     by_notebook = notebook_sentences(notebooks) if notebooks.is_dir() else {}
     for code, name in LANGUAGES.items():

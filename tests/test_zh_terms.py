@@ -60,3 +60,27 @@ def test_each_variant_is_caught():
     for text, expected in caught.items():
         hit = any(re.search(p, text) for p, _, _ in VARIANTS)
         assert hit == expected, text
+
+
+# Variants refused in the prose only (code spans, code blocks, links and comments keep the code's
+# own words): `labels` is code, 标签 is the word; block_size is written as the code writes it.
+PROSE_VARIANTS = [
+    (r"(?<![\w`])labels?(?![\w`])", "`labels` (the code) or 标签 (the word)", "labels"),
+    (r"block size", "block_size（最大窗口）", "the textbook's block_size"),
+]
+NOT_PROSE = re.compile(r"```.*?```|`[^`]*`|\]\([^)]*\)|<!--.*?-->|\$[^$]*\$|<[^>]+>", re.S)
+
+
+def PROSE_FILES() -> list[Path]:  # noqa: N802
+    return [*sorted((ROOT / "i18n" / "zh").glob("*.md")), ROOT / "README.zh-CN.md"]
+
+
+@pytest.mark.parametrize("path", PROSE_FILES(), ids=lambda p: p.name)
+def test_no_refused_variant_in_the_prose(path):
+    prose = NOT_PROSE.sub(" ", path.read_text(encoding="utf-8"))
+    found = [
+        f"{m.group()!r}, write {preferred} ({why})"
+        for pattern, preferred, why in PROSE_VARIANTS
+        for m in re.finditer(pattern, prose)
+    ]
+    assert not found, "\n".join(found[:20])

@@ -11,7 +11,8 @@ twin, a line on running the notebook, the downloadable .ipynb (the real notebook
 all), a MathJax 3 served from the site itself, and _site/index.html, which offers both
 languages. A slider cannot move without a running kernel, so each of the course's sliders is
 drawn here at every value its controls offer (notebook 08's top-k at a few), by its own widget
-(website/frames.py), into _site/frames/; the page shows them behind its own range inputs
+(website/frames.py), in each edition's language, into _site/frames/ (en-..., zh-...); the page
+shows them behind its own range inputs
 (static/course-sliders.js), with a line on running the live widget in JupyterLab. The frames are
 drawn while Sphinx renders.
 """
@@ -328,8 +329,10 @@ def build(out: Path = SITE, quiet: bool = True) -> dict:
             command += [str(out / lang)] + (["-q"] if quiet else [])
             env = {**os.environ, "COURSE_EDITION": lang, "PYTHONHASHSEED": "0"}
             runs.append((lang, stems, subprocess.Popen(command, env=env, cwd=ROOT)))
-        sliders = frames.collect(drawing)
-        frame_bytes = frames.write(sliders, out / "frames")
+        sliders = frames.collect(drawing)  # each edition's, drawn in its language
+        frame_bytes = sum(
+            frames.write(sliders[lang], out / "frames", prefix=f"{lang}-") for lang in sliders
+        )
         for lang, stems, run in runs:  # both editions build at once, one per core
             if run.wait():
                 raise RuntimeError(f"sphinx-build failed for the {lang} edition")
@@ -337,7 +340,7 @@ def build(out: Path = SITE, quiet: bool = True) -> dict:
             (folder / "_static" / "mathjax").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(mathjax, folder / "_static" / "mathjax" / MATHJAX)
             for stem in stems:  # the download: the notebook itself, sliders and all
-                finish(folder / f"{stem}.html", lang, sliders)
+                finish(folder / f"{stem}.html", lang, sliders[lang])
                 shutil.copyfile(
                     EDITIONS[lang]["folder"] / f"{stem}.ipynb",
                     folder / "_sources" / f"{stem}.ipynb",
@@ -354,7 +357,7 @@ def build(out: Path = SITE, quiet: bool = True) -> dict:
         "seconds": time.perf_counter() - start,
         "bytes": size,
         "frame_bytes": frame_bytes,
-        "frames": sum(len(s.frames) for g in sliders.values() for s in g),
+        "frames": sum(len(s.frames) for by in sliders.values() for g in by.values() for s in g),
     }
 
 

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from gptlib import widgets
 from gptlib.checkpoint import asset_path, load_asset
+from gptlib.language import set_language
 
+LANGS = ("en", "zh")  # each edition's frames, drawn in its own language
 HEAD_COUNTS = [1, 2, 4, 8, 16]  # notebook 04's head_counts
 TOP_KS = [0, 3, 5, 10]  # the top-k values the site offers for notebook 08 (0 = off)
 TEMPERATURE_EVERY = 2  # of the widget's temperatures (steps of 0.05), the site offers every 2nd
@@ -218,17 +220,20 @@ DRAW = {
 }
 
 
-def draw_one(name: str, keys=None) -> list[Slider]:
-    """The sliders of widget `name`, with their frames (all, or those of `keys`)."""
+def draw_one(name: str, keys=None, lang: str = "en") -> list[Slider]:
+    """The sliders of widget `name`, with their frames (all, or those of `keys`), drawn in the
+    language of edition `lang` (titles, axes, the widget's own labels)."""
     import matplotlib
     import torch
 
     matplotlib.use("Agg")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small models: one thread is faster, and leaves a core to Sphinx
+    set_language(lang)
     try:
         return DRAW[name](keys)
     finally:
+        set_language("en")
         torch.set_num_threads(threads)
 
 
@@ -248,31 +253,34 @@ class Share:
         return key[-1] % self.parts == self.part
 
 
-def start(workers: int = 2) -> tuple[ProcessPoolExecutor, dict[str, list[Future]]]:
-    """Start drawing every slider's frames in `workers` fresh processes; see collect()."""
+def start(workers: int = 2) -> tuple[ProcessPoolExecutor, dict[tuple[str, str], list[Future]]]:
+    """Start drawing every slider's frames, for each edition, in `workers` fresh processes; see
+    collect()."""
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     jobs = {}
-    for name in DRAW:
-        n = SHARES.get(name, 1)
-        keys = [Share(i, n) for i in range(n)] if n > 1 else [None]
-        jobs[name] = [pool.submit(draw_one, name, k) for k in keys]
+    for lang in LANGS:
+        for name in DRAW:
+            n = SHARES.get(name, 1)
+            keys = [Share(i, n) for i in range(n)] if n > 1 else [None]
+            jobs[lang, name] = [pool.submit(draw_one, name, k, lang) for k in keys]
     return pool, jobs
 
 
 def collect(
-    started: tuple[ProcessPoolExecutor, dict[str, list[Future]]],
-) -> dict[str, list[Slider]]:
+    started: tuple[ProcessPoolExecutor, dict[tuple[str, str], list[Future]]],
+) -> dict[str, dict[str, list[Slider]]]:
+    """Each edition's sliders, by the widget that draws them: {lang: {widget: [Slider]}}."""
     pool, jobs = started
     with pool:
-        done = {}
-        for name, shares in jobs.items():
+        done: dict[str, dict[str, list[Slider]]] = {lang: {} for lang in LANGS}
+        for (lang, name), shares in jobs.items():
             group, *rest = [job.result() for job in shares]
             for other in rest:
                 for slider, more in zip(group, other, strict=True):
                     slider.frames.update(more.frames)
             for slider in group:
                 slider.frames = dict(sorted(slider.frames.items()))
-            done[name] = group
+            done[lang][name] = group
         return done
 
 
@@ -280,8 +288,9 @@ def key_text(key: tuple[int, ...]) -> str:
     return "-".join(map(str, key))
 
 
-def write(sliders: dict[str, list[Slider]], folder: Path) -> int:
-    """Each frame's pictures as folder/<slider>-<key>-<j>.png; returns the bytes written."""
+def write(sliders: dict[str, list[Slider]], folder: Path, prefix: str = "") -> int:
+    """Each frame's pictures as folder/<prefix><slider>-<key>-<j>.png (the prefix names the
+    edition: "zh-"); returns the bytes written."""
     folder.mkdir(parents=True, exist_ok=True)
     size = 0
     for group in sliders.values():
@@ -289,7 +298,7 @@ def write(sliders: dict[str, list[Slider]], folder: Path) -> int:
             for key, frame in slider.frames.items():
                 names = []
                 for j, png in enumerate(frame.pictures):
-                    names.append(f"{slider.name}-{key_text(key)}-{j}.png")
+                    names.append(f"{prefix}{slider.name}-{key_text(key)}-{j}.png")
                     (folder / names[-1]).write_bytes(png)
                     size += len(png)
                 slider.files[key] = names

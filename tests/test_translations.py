@@ -157,7 +157,7 @@ def scratch(tmp_path, monkeypatch):
     """A copy of notebooks/ and i18n/zh/ that the test may edit, with i18n.build pointed at it."""
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     shutil.copytree(ROOT / "i18n" / "zh", tmp_path / "i18n" / "zh")
-    for document in ("ERRATA.md", "ERRATA.zh-CN.md"):
+    for document in ("ERRATA.md", "ERRATA.zh-CN.md", "README.md", "README.zh-CN.md"):
         shutil.copy(ROOT / document, tmp_path / document)
     monkeypatch.setattr(i18n, "ROOT", tmp_path)
     monkeypatch.setattr(i18n, "NOTEBOOKS", tmp_path / "notebooks")
@@ -218,6 +218,32 @@ def test_a_hand_edit_of_a_built_notebook_is_named(scratch):
     assert i18n.build("zh", "06") == []  # another notebook's number leaves it alone
     assert i18n.build("zh", "05") == [path]
     assert i18n.problems("zh") == []
+
+
+def test_editing_a_section_of_errata_or_the_readme_names_its_translation(scratch):
+    """ERRATA.zh-CN.md and README.zh-CN.md are kept in step by the notebooks' rule: an English
+    section edited since its Chinese was written is named, and so is a hand edit of the build."""
+    for document, anchor in (("ERRATA.md", "2-an-8-character-window-gives-7-losses-not-8"),
+                             ("README.md", "benchmarks")):  # fmt: skip
+        path = scratch / document
+        text = path.read_text(encoding="utf-8")
+        english = dict(i18n.sections(text))[anchor]
+        path.write_text(text.replace(english, english + "\n\nOne more sentence."), "utf-8")
+    found = i18n.problems("zh")
+    assert any(
+        line.startswith("i18n/zh/ERRATA.md: section 2-an-8-character-window-gives-7-losses-not-8 "
+                        "translates an older English text") for line in found
+    ), found  # fmt: skip
+    assert any(
+        line.startswith("i18n/zh/README.md: section benchmarks translates an older English text")
+        for line in found
+    ), found
+    edition = scratch / "ERRATA.zh-CN.md"
+    edition.write_text(edition.read_text(encoding="utf-8") + "手改的一行。\n", "utf-8")
+    found = i18n.problems("zh")
+    assert any(
+        line.startswith("ERRATA.zh-CN.md: not what the translation builds") for line in found
+    )
 
 
 def test_a_block_can_be_read_back_as_written(tmp_path):

@@ -205,8 +205,8 @@ def N_(message: str) -> str:
 
 
 def sentences() -> dict[str, list[str]]:
-    """Every `_("...")`, `N_("...")` and `said("...")` of gptlib's source: the English sentence ->
-    where it stands.
+    """Every `_("...")`, `N_("...")` and `said("...")` of gptlib's source, and every comment of
+    the reference solutions: the English sentence -> where it stands.
 
     Not taught in a notebook: what the catalogue must translate."""
     from babel.messages.extract import extract_from_dir
@@ -218,6 +218,12 @@ def sentences() -> dict[str, list[str]]:
         keywords={"_": None, "N_": None, "said": None},
     ):
         found.setdefault(message, []).append(f"gptlib/{filename}:{lineno}")
+    # and the comments of the reference solutions show_solution prints (read from the functions
+    # themselves, so imported here, when the catalogue is brought in step)
+    from gptlib.exercises.checking import solution_comments
+
+    for message, where in solution_comments().items():
+        found.setdefault(message, []).extend(where)
     return found
 
 

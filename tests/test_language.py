@@ -271,3 +271,27 @@ def test_no_function_that_speaks_rebinds_underscore():
     names = [str(p) for p, _tree in _modules_speaking()]
     assert "gptlib/cli.py" in names and "gptlib/exercises/checking.py" in names
     assert not found, f"`_` rebound where it translates: {found}"
+
+
+def test_show_solution_says_its_comments_in_the_language_in_use(capsys):
+    """A reference solution's comments come from the catalogue too; its code stays as it is."""
+    import ast
+
+    from gptlib.exercises import check_adamw_step, check_causal_attention, show_solution
+
+    for check in (check_causal_attention, check_adamw_step):
+        show_solution(check)
+        en = capsys.readouterr().out
+        try:
+            set_language("zh")
+            show_solution(check)
+            zh = capsys.readouterr().out
+        finally:
+            set_language("en")
+        en_code, zh_code = en.split("\n", 1)[1], zh.split("\n", 1)[1]  # past the heading line
+        assert [re.sub(r"\s*#.*", "", line) for line in en_code.splitlines()] == [
+            re.sub(r"\s*#.*", "", line) for line in zh_code.splitlines()
+        ]
+        comments = [line.split("#", 1)[1] for line in zh_code.splitlines() if "#" in line]
+        assert comments and any(HAN.search(c) for c in comments), zh_code
+        ast.parse(zh_code)  # still Python a reader can paste

@@ -13,8 +13,11 @@ import contextlib
 import functools
 import importlib
 import inspect
+import io
+import re
 import sys
 import textwrap
+import tokenize
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -112,8 +115,66 @@ def show_solution(check: Callable) -> None:
     if constants:
         print()
     for helper in helpers:
-        print(inspect.getsource(helper))
-    print(inspect.getsource(solution), end="")
+        print(said_comments(inspect.getsource(helper)))
+    print(said_comments(inspect.getsource(solution)), end="")
+
+
+# A comment that is words (not a shape such as [n, n], not a linter's directive): translated.
+_WORDS = re.compile(r"[A-Za-z]{3,}")
+_TOOLS = ("noqa", "fmt:", "type:")
+
+
+def comment_sentences(source: str) -> list[str]:
+    """The comments of `source` that are sentences, each without its "# ".
+
+    Not taught in a notebook: what the catalogue translates of a reference solution."""
+    found = []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            text = token.string[1:].strip()
+            if _WORDS.search(text) and not text.startswith(_TOOLS):
+                found.append(text)
+    return found
+
+
+def said_comments(source: str) -> str:
+    """`source` with each comment that is a sentence in the language in use (the code as it is).
+
+    Not taught in a notebook: how show_solution prints a solution's comments in Chinese."""
+    lines = source.splitlines(keepends=True)
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type != tokenize.COMMENT:
+            continue
+        text = token.string[1:].strip()
+        if not _WORDS.search(text) or text.startswith(_TOOLS):
+            continue
+        row, col = token.start
+        line = lines[row - 1]
+        end = "\n" if line.endswith("\n") else ""
+        lines[row - 1] = line[:col] + "# " + _(text) + end
+    return "".join(lines)
+
+
+def solution_comments() -> dict[str, list[str]]:
+    """Every comment sentence of the reference solutions show_solution prints, and of their
+    helpers: the English sentence -> the functions it stands in.
+
+    Not taught in a notebook: what the catalogue must translate of the solutions."""
+    import gptlib.exercises as exercises
+
+    found: dict[str, list[str]] = {}
+    seen: set = set()
+    for name in sorted(dir(exercises)):
+        solution = getattr(getattr(exercises, name), "solution", None)
+        if not name.startswith("check_") or solution is None:
+            continue
+        for fn in [*_helpers_of(solution), solution]:
+            if fn in seen:
+                continue
+            seen.add(fn)
+            for text in comment_sentences(inspect.getsource(fn)):
+                found.setdefault(text, []).append(f"{fn.__module__}.{fn.__qualname__}")
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

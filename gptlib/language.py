@@ -218,12 +218,51 @@ def sentences() -> dict[str, list[str]]:
         keywords={"_": None, "N_": None, "said": None},
     ):
         found.setdefault(message, []).append(f"gptlib/{filename}:{lineno}")
-    # and the comments of the reference solutions show_solution prints (read from the functions
-    # themselves, so imported here, when the catalogue is brought in step)
-    from gptlib.exercises.checking import solution_comments
-
-    for message, where in solution_comments().items():
+    for message, where in _solution_comments(Path(__file__).parent / "exercises").items():
         found.setdefault(message, []).extend(where)
+    return found
+
+
+def _solution_comments(folder: Path) -> dict[str, list[str]]:
+    """The comment sentences of the reference solutions `show_solution` prints, read from the
+    source without importing it: in each module of `folder`, the functions a `@solved_by(f)`
+    names and the module's functions they call, in turn (what `show_solution` prints).
+    gptlib.exercises.checking.solution_comments finds the same from the imported functions
+    (a test compares them)."""
+    import ast
+    import re
+    import tokenize
+
+    found: dict[str, list[str]] = {}
+    for path in sorted(folder.glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        todo = [
+            d.args[0].id
+            for fn in functions.values()
+            for d in fn.decorator_list
+            if isinstance(d, ast.Call)
+            and getattr(d.func, "id", None) == "solved_by"
+            and isinstance(d.args[0], ast.Name)
+        ]
+        shown: set[str] = set()
+        while todo:
+            name = todo.pop()
+            if name in shown or name not in functions:
+                continue
+            shown.add(name)
+            todo += [n.id for n in ast.walk(functions[name]) if isinstance(n, ast.Name)]
+        spans = [(functions[n].lineno, functions[n].end_lineno, n) for n in sorted(shown)]
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type != tokenize.COMMENT:
+                continue
+            text = token.string[1:].strip()
+            if not re.search(r"[A-Za-z]{3,}", text) or text.startswith(("noqa", "fmt:", "type:")):
+                continue
+            for first, last, name in spans:
+                if first <= token.start[0] <= last:
+                    found.setdefault(text, []).append(f"gptlib.exercises.{path.stem}.{name}")
     return found
 
 

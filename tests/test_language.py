@@ -295,3 +295,14 @@ def test_show_solution_says_its_comments_in_the_language_in_use(capsys):
         comments = [line.split("#", 1)[1] for line in zh_code.splitlines() if "#" in line]
         assert comments and any(HAN.search(c) for c in comments), zh_code
         ast.parse(zh_code)  # still Python a reader can paste
+
+
+def test_the_catalogue_reads_the_same_solution_comments_as_show_solution_prints():
+    """gptlib.language finds the solutions' comments in the source without importing the
+    exercises (it sits below them); show_solution's own reading of the imported functions agrees."""
+    from pathlib import Path
+
+    from gptlib.exercises.checking import solution_comments
+
+    static = language._solution_comments(Path(language.__file__).parent / "exercises")
+    assert set(static) == set(solution_comments()) and len(static) >= 50

@@ -223,6 +223,22 @@ def sentences() -> dict[str, list[str]]:
     return found
 
 
+def comment_sentence(token) -> str | None:
+    """The sentence a tokenize token holds when it is a comment of words, without its "# "; None
+    for code, a shape such as "# [n, n]" or a linter's directive.
+
+    Not taught in a notebook: which comments of a reference solution are translated."""
+    import re
+    import tokenize
+
+    if token.type != tokenize.COMMENT:
+        return None
+    text = token.string[1:].strip()
+    if not re.search(r"[A-Za-z]{3,}", text) or text.startswith(("noqa", "fmt:", "type:")):
+        return None
+    return text
+
+
 def _solution_comments(folder: Path) -> dict[str, list[str]]:
     """The comment sentences of the reference solutions `show_solution` prints, read from the
     source without importing it: in each module of `folder`, the functions a `@solved_by(f)`
@@ -230,7 +246,6 @@ def _solution_comments(folder: Path) -> dict[str, list[str]]:
     gptlib.exercises.checking.solution_comments finds the same from the imported functions
     (a test compares them)."""
     import ast
-    import re
     import tokenize
 
     found: dict[str, list[str]] = {}
@@ -255,10 +270,8 @@ def _solution_comments(folder: Path) -> dict[str, list[str]]:
             todo += [n.id for n in ast.walk(functions[name]) if isinstance(n, ast.Name)]
         spans = [(functions[n].lineno, functions[n].end_lineno, n) for n in sorted(shown)]
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type != tokenize.COMMENT:
-                continue
-            text = token.string[1:].strip()
-            if not re.search(r"[A-Za-z]{3,}", text) or text.startswith(("noqa", "fmt:", "type:")):
+            text = comment_sentence(token)
+            if text is None:
                 continue
             for first, last, name in spans:
                 if first <= token.start[0] <= last:

@@ -14,7 +14,6 @@ import functools
 import importlib
 import inspect
 import io
-import re
 import sys
 import textwrap
 import tokenize
@@ -26,7 +25,7 @@ import torch
 
 from gptlib.exercises import yours
 from gptlib.exercises.table import REFUSALS, Refusal
-from gptlib.language import _
+from gptlib.language import _, comment_sentence
 
 
 @dataclass
@@ -119,22 +118,12 @@ def show_solution(check: Callable) -> None:
     print(said_comments(inspect.getsource(solution)), end="")
 
 
-# A comment that is words (not a shape such as [n, n], not a linter's directive): translated.
-_WORDS = re.compile(r"[A-Za-z]{3,}")
-_TOOLS = ("noqa", "fmt:", "type:")
-
-
 def comment_sentences(source: str) -> list[str]:
     """The comments of `source` that are sentences, each without its "# ".
 
     Not taught in a notebook: what the catalogue translates of a reference solution."""
-    found = []
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            text = token.string[1:].strip()
-            if _WORDS.search(text) and not text.startswith(_TOOLS):
-                found.append(text)
-    return found
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [text for token in tokens if (text := comment_sentence(token)) is not None]
 
 
 def said_comments(source: str) -> str:
@@ -143,10 +132,8 @@ def said_comments(source: str) -> str:
     Not taught in a notebook: how show_solution prints a solution's comments in Chinese."""
     lines = source.splitlines(keepends=True)
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type != tokenize.COMMENT:
-            continue
-        text = token.string[1:].strip()
-        if not _WORDS.search(text) or text.startswith(_TOOLS):
+        text = comment_sentence(token)
+        if text is None:
             continue
         row, col = token.start
         line = lines[row - 1]

@@ -9,19 +9,11 @@ import re
 from notebook_ui import NOTEBOOK as IN_FRONT
 from notebook_ui import code_cell_index, open_notebook, run_cell
 from playwright.sync_api import expect
+from test_exercise_flow import BODY, STUB_LINE
 
 HAN = re.compile(r"[\u4e00-\u9fff]")
 EXERCISE = "zh/03_scaled_attention.ipynb"
-STUB_LINE = "def causal_attention(q, k, v):"
-# The softmax over the queries: the slip the check names.
-WRONG = """def causal_attention(q, k, v):
-    n, d_h = q.size(-2), q.size(-1)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_h)  # [B, h, n, n]
-    future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
-    return scores.masked_fill(future, float("-inf")).softmax(dim=-2) @ v
-
-
-check_causal_attention(causal_attention)"""
+WRONG = BODY.format(dim=-2)  # the softmax over the queries: the slip the check names
 TANG = "zh/08_logits.ipynb"
 TANG_LINE = "tang_maps = tang_model.attention_maps"  # the cell drawing the Tang model's attention
 

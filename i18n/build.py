@@ -42,9 +42,11 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import io
 import json
 import re
 import sys
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,11 +234,324 @@ def language_import(names: list[str]) -> str:
     return f"from gptlib.language import {', '.join(names)}"
 
 
+# ---------------------------------------------------------------------------------------------
+# The code cells' comments and docstrings, in the edition's language
+#
+# i18n/<lang>/comments/NN_topic.md holds one block per code cell of notebooks/NN_topic.ipynb that
+# has comments of words or docstrings, opened by the prose's marker line (the cell's id and the
+# hash of the cell's English comments, so that an English comment that changes makes its block
+# stale, and `check` names it, as it names a stale markdown block). A block holds the cell's
+# comments and docstrings in the edition's language, in the English order, as they stand in the
+# code: a comment written with its "#" (a run of whole-line comments is one comment, its lines
+# free to differ in number), a docstring with its quotes; a blank line between two of them. The
+# code is the English code: the build puts the block's comments in place of the English ones, and
+# the twin check compares the editions' code without comments and docstrings. Comments without
+# words (shapes: "# [B, n, d]"), linter and nbval directives and comments that are code are kept.
+
+COMMENTS_HEADER = (
+    "<!-- {name}: the {lang} comments and docstrings of the code cells of notebooks/{name}.ipynb. "
+    "A block starts at its marker: the code cell's id and the hash of the English comments it "
+    'translates; it holds the cell\'s comments (# ...) and docstrings ("""...""") in their '
+    "English order, a blank line between two (python -m i18n.build check names the blocks whose "
+    "English comments have changed since). -->\n"
+)
+_DIRECTIVE = re.compile(r"^(noqa|fmt:|type:|NBVAL_|pragma|isort:|ruff:)")
+_WORDS = re.compile(r"[A-Za-z]{3,}")
+_HAN = re.compile(r"[\u3400-\u9fff]")
+# English words a comment keeps in every edition, as the textbook does.
+KEPT_TERMS = {"logits", "loss", "token", "batch", "softmax"}
+# A shape ("[B, h, n, d_h]", "[N, width + 1]": no two words side by side) or a code span.
+_SHAPE = re.compile(r"\[(?![^\]]*[A-Za-z]+ +[A-Za-z])[^\]]*\]|`[^`]*`")
+_DOCSTRING_START = re.compile(r"^[rRuU]?(\"\"\"|'''|\"|')")
+
+
+@dataclass
+class Comment:
+    """A comment or docstring of a code cell: where it stands in the code (character offsets),
+    the column its lines are indented to, and its text as a block writes it."""
+
+    kind: str  # "comment" (whole lines, one or several), "trailing" (after code), "docstring"
+    start: int
+    end: int
+    indent: int
+    text: str
+
+
+def comments_path(notebook: Path, lang: str) -> Path:
+    """i18n/<lang>/comments/NN_topic.md, the comments of notebooks/NN_topic.ipynb."""
+    return ROOT / "i18n" / lang / "comments" / f"{notebook.stem}.md"
+
+
+def kept_comment(text: str) -> bool:
+    """Whether a comment's text (without its "#") stays as it is in every edition: a directive
+    (noqa, fmt: skip, NBVAL_IGNORE_OUTPUT), no word in it but shapes and the course's English
+    terms ("[B, n, d] -> [B, n, 3d]", "logits [B, n, V]"), or code ("w - lr * grad")."""
+    text = text.strip()
+    if _DIRECTIVE.match(text):
+        return True
+    bare = _SHAPE.sub(" ", text)
+    if not any(w.lower() not in KEPT_TERMS for w in _WORDS.findall(bare)):
+        return True
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return False
+    return bool(re.search(r"[=(@*/+.-]", bare))  # an expression, not words that happen to parse
+
+
+def _tokens(code: str) -> list[tokenize.TokenInfo] | None:
+    """The tokens of a cell's code, its IPython lines (%magic, !shell) read as blank; None where
+    the cell is not Python."""
+    lines = ["" if ln.lstrip().startswith(("%", "!")) else ln for ln in code.split("\n")]
+    try:
+        return list(tokenize.generate_tokens(io.StringIO("\n".join(lines)).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+
+
+def _docstrings(code: str) -> set[tuple[int, int]]:
+    """Where each docstring of `code` starts (row, column): of the cell, of a function, a class."""
+    lines = ["" if ln.lstrip().startswith(("%", "!")) else ln for ln in code.split("\n")]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                found.add((first.value.lineno, first.value.col_offset))  # indentation: ASCII
+    return found
+
+
+def code_comments(code: str, every: bool = False) -> list[Comment]:
+    """The comments of words and the docstrings of a cell's code, in order (with `every`, the kept
+    comments too, each alone)."""
+    tokens = _tokens(code)
+    if tokens is None:
+        return []
+    lines = code.split("\n")
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+
+    def at(row: int, col: int) -> int:
+        return offsets[row - 1] + col
+
+    docstrings = _docstrings(code)
+    found: list[Comment] = []
+    last_row = None  # the row of the last whole-line comment joined into found[-1]
+    for token in tokens:
+        (row, col), (end_row, end_col) = token.start, token.end
+        if token.type == tokenize.STRING and (row, col) in docstrings:
+            text = token.string.split("\n")
+            text[1:] = [ln[col:] if ln[:col].isspace() else ln.lstrip() for ln in text[1:]]
+            found.append(Comment("docstring", at(row, col), at(end_row, end_col), col,
+                                 "\n".join(text)))  # fmt: skip
+            last_row = None
+        elif token.type == tokenize.COMMENT:
+            if kept_comment(token.string[1:]) and not every:
+                last_row = None
+                continue
+            whole = not token.line[:col].strip()
+            previous = found[-1] if found else None
+            if (
+                whole
+                and not every
+                and previous is not None
+                and previous.kind == "comment"
+                and last_row == row - 1
+                and previous.indent == col
+            ):
+                previous.end = at(row, end_col)
+                previous.text += "\n" + token.string
+            else:
+                kind = "comment" if whole else "trailing"
+                found.append(Comment(kind, at(row, col), at(row, end_col), col, token.string))
+            last_row = row if whole else None
+    return found
+
+
+def comments_hash(comments: list[Comment]) -> str:
+    """The hash a block of comments is marked with: of the cell's English comments, in order."""
+    return english_hash("\n\n".join(c.text for c in comments))
+
+
+def without_comments(code: str) -> str:
+    """`code` with its comments and docstrings taken out (a docstring leaves a placeholder) and its
+    blank lines dropped: what the two editions of a code cell share."""
+    parts, last = [], 0
+    for comment in code_comments(code, every=True):
+        parts.append(code[last : comment.start])
+        parts.append('"""..."""' if comment.kind == "docstring" else "")
+        last = comment.end
+    parts.append(code[last:])
+    lines = "".join(parts).split("\n")
+    return "\n".join(ln.rstrip() for ln in lines if ln.strip())
+
+
+def block_comments(text: str) -> list[str]:
+    """The comments and docstrings a block holds, in order; raises ValueError on a line that is
+    neither a comment nor part of a docstring."""
+    lines, found, i = text.split("\n"), [], 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip():
+            i += 1
+        elif line.startswith("#"):
+            j = i
+            while j < len(lines) and lines[j].startswith("#"):
+                j += 1
+            found.append("\n".join(lines[i:j]))
+            i = j
+        elif m := _DOCSTRING_START.match(line):
+            quote, rest = m.group(1), line[m.end() :]
+            j = i
+            if quote not in rest:
+                j = i + 1
+                while j < len(lines) and quote not in lines[j]:
+                    j += 1
+                if j == len(lines):
+                    raise ValueError(f"a docstring opened by {line!r} is not closed")
+            found.append("\n".join(lines[i : j + 1]))
+            i = j + 1
+        else:
+            raise ValueError(
+                f'the line {line!r} is neither a comment (# ...) nor a docstring ("""...""")'
+            )
+    return found
+
+
+def put_comments(code: str, comments: list[Comment], texts: list[str]) -> str:
+    """`code` with each of its `comments` replaced by the text in `texts` at the same place: a
+    comment's or docstring's further lines indented as the first."""
+    for comment, text in sorted(zip(comments, texts, strict=True), key=lambda p: -p[0].start):
+        pad = " " * comment.indent
+        lines = text.split("\n")
+        text = "\n".join([lines[0], *(pad + ln if ln.strip() else "" for ln in lines[1:])])
+        code = code[: comment.start] + text + code[comment.end :]
+    return code
+
+
+def commented(code: str, block: Block | None) -> tuple[str, list[str]]:
+    """A code cell's code with its comments from `block` (in the edition's language), and what
+    keeps the block from being used (the English comments are kept then)."""
+    comments = code_comments(code)
+    if block is None:
+        return code, []
+    try:
+        texts = block_comments(block.text)
+    except ValueError as e:
+        return code, [str(e)]
+    if len(texts) != len(comments):
+        return code, [f"holds {len(texts)} comments, the English cell has {len(comments)}"]
+    problems_ = []
+    for n, (comment, text) in enumerate(zip(comments, texts, strict=True), start=1):
+        is_docstring = bool(_DOCSTRING_START.match(text))
+        if is_docstring != (comment.kind == "docstring"):
+            problems_.append(
+                f"comment {n} is {'a docstring' if is_docstring else 'a comment'}, the English "
+                f"is {'a docstring' if comment.kind == 'docstring' else 'a comment'}"
+            )
+        elif comment.kind == "trailing" and "\n" in text:
+            problems_.append(f"comment {n} follows code on its line: it must be one line")
+    if problems_:
+        return code, problems_
+    new = put_comments(code, comments, texts)
+    if without_comments(new) != without_comments(code) or _tokens(new) is None:
+        return code, ["its comments change the code (a quote or a # out of place?)"]
+    return new, []
+
+
+def read_comments(notebook: Path, lang: str) -> dict[str, Block]:
+    path = comments_path(notebook, lang)
+    return read_translation(path) if path.is_file() else {}
+
+
+def comment_problems(notebook: Path, lang: str) -> list[str]:
+    """How the comments of `lang`'s edition of `notebook` are out of step with the English."""
+    path = comments_path(notebook, lang)
+    where = f"i18n/{lang}/comments/{notebook.stem}.md"
+    cells = {c.get("id"): source(c) for c in load(notebook)["cells"] if c["cell_type"] == "code"}
+    wanted = {i: cs for i, code in cells.items() if (cs := code_comments(code))}
+    if not path.is_file():
+        return [f"{where}: missing ({len(wanted)} code cells of notebooks/{notebook.name} have "
+                "comments to translate; python -m i18n.build template "
+                f"{notebook.stem[:2]} writes it)"] if wanted else []  # fmt: skip
+    found = []
+    blocks = read_translation(path)
+    for cell_id, comments in wanted.items():
+        block = blocks.get(cell_id)
+        if block is None:
+            found.append(f"{where}: cell {cell_id} has no translation of its comments")
+            continue
+        if block.en_hash != comments_hash(comments):
+            found.append(
+                f"{where}: cell {cell_id} translates older English comments (en "
+                f"{block.en_hash}; the English comments are now {comments_hash(comments)})"
+            )
+        _, why = commented(cells[cell_id], block)
+        found += [f"{where}: cell {cell_id}: {w}" for w in why]
+        if not why:
+            texts = block_comments(block.text)
+            pairs = zip(comments, texts, strict=True)
+            same = [n for n, (c, t) in enumerate(pairs, start=1) if c.text == t]
+            if same:
+                found.append(f"{where}: cell {cell_id}: comments {same} are still the English")
+    for cell_id in blocks.keys() - wanted.keys():
+        found.append(
+            f"{where}: cell {cell_id} is not a code cell with comments of notebooks/{notebook.name}"
+        )
+    return found
+
+
+def template_comments(notebook: Path, lang: str) -> Path | None:
+    """Write (or complete) the comments file of `notebook`: blocks already there kept, a new one
+    holding the cell's English comments to translate."""
+    path = comments_path(notebook, lang)
+    old = read_translation(path) if path.is_file() else {}
+    blocks = []
+    for cell in load(notebook)["cells"]:
+        comments = code_comments(source(cell)) if cell["cell_type"] == "code" else []
+        if comments:
+            text = "\n\n".join(c.text for c in comments)
+            blocks.append(old.get(cell["id"]) or Block(cell["id"], comments_hash(comments), text))
+    if not blocks:
+        return None
+    write_comments(path, notebook.stem, lang, blocks)
+    return path
+
+
+def write_comments(path: Path, name: str, lang: str, blocks: list[Block]) -> None:
+    parts = [COMMENTS_HEADER.format(name=name, lang=LANGS[lang])]
+    parts += [f"\n<!-- cell {b.cell_id} · en {b.en_hash} -->\n{b.text}\n" for b in blocks]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(parts), encoding="utf-8")
+
+
+def mark_comments(notebook: Path, cell_id: str, lang: str) -> Path:
+    """Record that the comments block of `cell_id` translates the English comments it has now."""
+    path = comments_path(notebook, lang)
+    cells = {c.get("id"): c for c in load(notebook)["cells"] if c["cell_type"] == "code"}
+    blocks = read_translation(path) if path.is_file() else {}
+    if cell_id not in blocks or cell_id not in cells:
+        raise SystemExit(f"{path.relative_to(ROOT)}: no block for a code cell {cell_id}")
+    blocks[cell_id].en_hash = comments_hash(code_comments(source(cells[cell_id])))
+    write_comments(path, notebook.stem, lang, list(blocks.values()))
+    return path
+
+
 def translated(path: Path, lang: str, maps: dict[str, dict[str, str]] | None = None) -> dict:
     """The notebook `path` with its markdown in `lang`; English text where a block is missing.
 
-    Its code cells keep the outputs of the edition's own run (the notebook already built in
-    `notebooks/<lang>/`, executed by `make notebooks`) where their code is the one that ran; a
+    Its code cells' comments and docstrings are `lang`'s (i18n/<lang>/comments/NN_topic.md). They
+    keep the outputs of the edition's own run (the notebook already built in `notebooks/<lang>/`,
+    executed by `make notebooks`) where their code is the one that ran, comments aside; a
     code cell whose code is new or changed has no outputs until the edition is executed again
     (`check` names it). The edition's widget state is its own run's too."""
     maps = maps if maps is not None else _anchor_maps(lang)
@@ -246,15 +561,22 @@ def translated(path: Path, lang: str, maps: dict[str, dict[str, str]] | None = N
     built = NOTEBOOKS / lang / path.name
     ran = load(built) if built.is_file() else {"cells": [], "metadata": {}}
     own = {c.get("id"): c for c in ran["cells"] if c["cell_type"] == "code"}
+    comments = read_comments(path, lang)
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
-    first["source"] = with_language(source(first), lang).splitlines(keepends=True)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":  # its comments in `lang`, then (the first) the choice
+            code, _ = commented(source(cell), comments.get(cell.get("id")))
+            code = with_language(code, lang) if cell is first else code
+            cell["source"] = code.splitlines(keepends=True)
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown" and cell.get("id") in blocks:
             text = _relink(blocks[cell["id"]].text, path.name, maps, lang)
             cell["source"] = text.splitlines(keepends=True)
         elif cell["cell_type"] == "code":
-            twin = own.get(cell.get("id"))
-            if twin is not None and source(twin) == source(cell):
+            twin = own.get(cell.get("id"))  # the run holds if only comments changed since
+            if twin is not None and without_comments(source(twin)) == without_comments(
+                source(cell)
+            ):
                 cell["outputs"], cell["execution_count"] = twin["outputs"], twin["execution_count"]
             else:
                 cell["outputs"], cell["execution_count"] = [], None
@@ -511,6 +833,7 @@ def problems(lang: str = "zh") -> list[str]:
                 found += [f"{where}: cell {cell_id}: {p}" for p in _differences(cell, block)]
         for cell_id in blocks.keys() - cells.keys():
             found.append(f"{where}: cell {cell_id} is not a markdown cell of notebooks/{path.name}")
+        found += comment_problems(path, lang)
         built = NOTEBOOKS / lang / path.name
         if not built.is_file() or built.read_text(encoding="utf-8") != dump(
             translated(path, lang, maps)
@@ -551,6 +874,7 @@ def template(number: str, lang: str = "zh") -> Path:
             text = source(cell)
             blocks.append(old.get(cell["id"]) or Block(cell["id"], english_hash(text), text))
     write_translation(tr_path, path.stem, lang, blocks)
+    template_comments(path, lang)  # and i18n/<lang>/comments/NN_topic.md
     return tr_path
 
 
@@ -568,6 +892,8 @@ def mark(number: str, cell_id: str, lang: str = "zh") -> Path:
         write_translation(tr_path, number, lang, list(blocks.values()))
         return tr_path
     (path,) = NOTEBOOKS.glob(f"{number}_*.ipynb")
+    if any(c.get("id") == cell_id for c in load(path)["cells"] if c["cell_type"] == "code"):
+        return mark_comments(path, cell_id, lang)  # a code cell: its comments' block
     cells = {c.get("id"): c for c in load(path)["cells"] if c["cell_type"] == "markdown"}
     tr_path = translation_path(path, lang)
     blocks = read_translation(tr_path)

@@ -258,8 +258,9 @@ COMMENTS_HEADER = (
 _DIRECTIVE = re.compile(r"^(noqa|fmt:|type:|NBVAL_|pragma|isort:|ruff:)")
 _WORDS = re.compile(r"[A-Za-z]{3,}")
 _HAN = re.compile(r"[\u3400-\u9fff]")
-# English words a comment keeps in every edition, as the textbook does.
-KEPT_TERMS = {"logits", "loss", "token", "batch", "softmax"}
+# English words a comment keeps in every edition: the terms the textbook keeps in English, and
+# the functions of a formula ("-sum_i y_i log p_i", "1 / sqrt(64) = 1/8") or a layer's name.
+KEPT_TERMS = {"logits", "loss", "token", "batch", "softmax", "sum", "log", "exp", "sqrt", "qkv"}
 # A shape ("[B, h, n, d_h]", "[N, width + 1]": no two words side by side) or a code span.
 _SHAPE = re.compile(r"\[(?![^\]]*[A-Za-z]+ +[A-Za-z])[^\]]*\]|`[^`]*`")
 _DOCSTRING_START = re.compile(r"^[rRuU]?(\"\"\"|'''|\"|')")

@@ -12,6 +12,7 @@ Chinese headings.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -34,6 +35,16 @@ def test_the_edition_is_in_step_with_the_english():
     assert i18n.problems("zh") == []
 
 
+def _parses(code: str) -> bool:
+    """Whether a cell's code is Python (its IPython lines, %magic and !shell, read as blank)."""
+    lines = ["" if ln.lstrip().startswith(("%", "!")) else ln for ln in code.split("\n")]
+    try:
+        ast.parse("\n".join(lines))
+    except SyntaxError:
+        return False
+    return True
+
+
 def _zh_code_lines(en_code: str, zh_code: str) -> list[str]:
     """What the twin's first code cell says beyond the English: the language choice's lines."""
     en_lines, zh_lines = en_code.splitlines(), zh_code.splitlines()
@@ -49,22 +60,82 @@ def test_the_code_is_the_english_code_plus_the_language_choice(english):
     first = next(c.get("id") for c in en["cells"] if c["cell_type"] == "code")
     for a, b in zip(en["cells"], zh["cells"], strict=True):
         assert a["cell_type"] == b["cell_type"], a.get("id")
+        if a["cell_type"] == "code":
+            assert _parses(i18n.source(b)), f"zh {english.name} cell {a.get('id')} is not Python"
+        # the comments and docstrings are the edition's own: the code is compared without them
         if a["cell_type"] == "code" and a.get("id") == first:
             # the one difference: the first code cell imports set_language and calls it
-            en_code, zh_code = i18n.source(a), i18n.source(b)
+            en_code = i18n.without_comments(i18n.source(a))
+            zh_code = i18n.without_comments(i18n.source(b))
             added = _zh_code_lines(en_code, zh_code)
-            assert added[-1] == i18n.LANGUAGE_CALL["zh"], added
+            assert added[-1] == i18n.without_comments(i18n.LANGUAGE_CALL["zh"]), added
             assert len(added) == 2 and "set_language" in added[0], added
             imported = next((ln for ln in en_code.splitlines() if "gptlib.language" in ln), None)
             kept = [line for line in zh_code.splitlines() if line not in added]
             assert kept == [ln for ln in en_code.splitlines() if ln != imported], added
         elif a["cell_type"] == "code":
-            assert i18n.source(a) == i18n.source(b), a.get("id")
+            en_code, zh_code = i18n.source(a), i18n.source(b)
+            assert i18n.without_comments(en_code) == i18n.without_comments(zh_code), a.get("id")
         else:
             text = i18n.source(b)
             assert CJK.search(text) or not re.search(r"[A-Za-z]{3,}", text), (
                 f"{english.name} cell {a.get('id')} is not in Chinese"
             )
+
+
+def test_code_compared_without_comments_is_still_compared():
+    """The twin check's comparison sees every change but a comment's or a docstring's."""
+    en = 'def f(x):\n    """Double x."""\n    # twice\n    return 2 * x  # [n]\n\n\ny = f("a#b")\n'
+    zh = 'def f(x):\n    """把 x 翻倍。\n\n    两倍。\n    """\n    # 两倍\n    return 2 * x  # [n]\n\ny = f("a#b")\n'
+    assert i18n.without_comments(en) == i18n.without_comments(zh)
+    for changed in (zh.replace("2 * x", "3 * x"), zh.replace('"a#b"', '"a#c"'),
+                    zh.replace("    return", "    x = 1\n    return")):  # fmt: skip
+        assert i18n.without_comments(en) != i18n.without_comments(changed), changed
+
+
+def _english_comment_lines(nb: dict) -> list[str]:
+    """The comment and docstring lines of `nb`'s code cells that are neither Chinese nor of the
+    kinds every edition keeps (shapes, directives, code)."""
+    found = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        for comment in i18n.code_comments(i18n.source(cell), every=True):
+            lines = comment.text.split("\n")
+            if comment.kind == "docstring":
+                lines = [ln.strip().strip("\"'") for ln in lines]
+            else:
+                lines = [ln[1:] for ln in lines]
+            found += [
+                f"cell {cell.get('id')}: {ln.strip()}"
+                for ln in lines
+                if not CJK.search(ln) and i18n._WORDS.search(ln) and not i18n.kept_comment(ln)
+            ]
+    return found
+
+
+@pytest.mark.parametrize("english", ENGLISH, ids=lambda p: p.stem)
+def test_the_chinese_edition_comments_in_chinese(english):
+    """Every comment and docstring line of a zh notebook's code is Chinese, or a shape, a
+    directive or code, which every edition keeps."""
+    found = _english_comment_lines(_load(ROOT / "notebooks" / "zh" / english.name))
+    assert not found, "\n".join(found[:20])
+
+
+def test_the_comment_scan_finds_an_english_comment():
+    """The scan above can fail: an English comment or docstring line left in a zh cell is named;
+    a shape, a directive and a line of code are not."""
+    nb = _load(ROOT / "notebooks" / "zh" / "03_scaled_attention.ipynb")
+    stub = next(c for c in nb["cells"] if "def causal_attention" in i18n.source(c))
+    code = i18n.source(stub)
+    assert _english_comment_lines({"cells": [stub]}) == []
+    stub["source"] = code.replace("# 在这里写你的代码", "# your code here")
+    assert _english_comment_lines({"cells": [stub]}) == [f"cell {stub['id']}: your code here"]
+    english_doc = '"""q, k, v [B, h, n, d_h] -> output: masked attention."""'
+    stub["source"] = re.sub(r'"""[^"]*"""', english_doc, code, count=1)
+    assert len(_english_comment_lines({"cells": [stub]})) == 1
+    kept = "x = 1  # [B, h, n, d_h]\ny = 2  # noqa: E731\n# w - lr * grad\n"
+    assert _english_comment_lines({"cells": [{"cell_type": "code", "source": kept}]}) == []
 
 
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:[.,]\d+)*(?:e[+-]?\d+)?%?")
@@ -156,7 +227,7 @@ def test_links_between_chinese_notebooks_land_on_chinese_headings():
 def scratch(tmp_path, monkeypatch):
     """A copy of notebooks/ and i18n/zh/ that the test may edit, with i18n.build pointed at it."""
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
-    shutil.copytree(ROOT / "i18n" / "zh", tmp_path / "i18n" / "zh")
+    shutil.copytree(ROOT / "i18n" / "zh", tmp_path / "i18n" / "zh")  # comments/ included
     for document in ("ERRATA.md", "ERRATA.zh-CN.md", "README.md", "README.zh-CN.md"):
         shutil.copy(ROOT / document, tmp_path / document)
     monkeypatch.setattr(i18n, "ROOT", tmp_path)
@@ -176,6 +247,45 @@ def test_editing_an_english_cell_names_its_translation(scratch):
         for line in found
     ), found
     assert all("05_residual" in line for line in found), found
+
+
+def test_editing_an_english_comment_names_its_translation_and_keeps_the_outputs(scratch):
+    """A changed English comment makes its Chinese stale (check names the cell, as for prose);
+    the rebuilt cell keeps its Chinese comment and its outputs: no cell waits for a run."""
+    path = scratch / "notebooks" / "05_residual.ipynb"
+    nb = _load(path)
+    cell = next(c for c in nb["cells"] if "# one token" in i18n.source(c))
+    cell["source"] = i18n.source(cell).replace("# one token", "# a single token")
+    path.write_text(i18n.dump(nb), encoding="utf-8")
+    i18n.build("zh", "05")
+    found = i18n.problems("zh")
+    assert found == [
+        f"i18n/zh/comments/05_residual.md: cell {cell['id']} translates older English comments "
+        f"(en {i18n.read_comments(path, 'zh')[cell['id']].en_hash}; the English comments are now "
+        f"{i18n.comments_hash(i18n.code_comments(i18n.source(cell)))})"
+    ], found
+    zh = {
+        c.get("id"): c for c in _load(scratch / "notebooks" / "zh" / "05_residual.ipynb")["cells"]
+    }
+    assert "# 一个 token" in i18n.source(zh[cell["id"]])
+    assert zh[cell["id"]]["outputs"] and zh[cell["id"]]["execution_count"] is not None
+    i18n.mark("05", cell["id"], "zh")
+    assert i18n.comment_problems(path, "zh") == []
+
+
+def test_a_comments_block_that_does_not_fit_is_named(scratch):
+    """A block with a comment too few, or a comment where the English has a docstring, is named
+    and the cell keeps its English comments."""
+    path = scratch / "i18n" / "zh" / "comments" / "03_scaled_attention.md"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("\n# 在这里写你的代码\n", "\n", 1), encoding="utf-8")
+    english = scratch / "notebooks" / "03_scaled_attention.ipynb"
+    found = "\n".join(i18n.comment_problems(english, "zh"))
+    assert "holds 1 comments, the English cell has 2" in found, found
+    i18n.build("zh", "03")
+    zh = _load(scratch / "notebooks" / "zh" / "03_scaled_attention.ipynb")
+    stub = next(c for c in zh["cells"] if "def causal_attention" in i18n.source(c))
+    assert "# your code here" in i18n.source(stub)
 
 
 def test_a_new_english_cell_and_a_dropped_one_are_named(scratch):

@@ -9,13 +9,15 @@ hash of the English text it translates::
     ...
 
 ``build`` writes ``notebooks/<lang>/NN_topic.ipynb``: the English notebook with every markdown
-cell's text replaced by its translation. Its code is the English notebook's, so the two editions
+cell's text replaced by its translation, and its code cells' comments and docstrings by theirs
+(``i18n/<lang>/comments/NN_topic.md``, one block per code cell, marked the same way; see "The
+code cells' comments" below). Its code is otherwise the English notebook's, so the two editions
 cannot differ in what they compute, but for one thing: the first code cell also chooses the
 edition's language for what ``gptlib`` and the notebook's own ``tr("...")`` say (it imports
 ``set_language`` and calls ``set_language("zh")``, see ``gptlib.language``). Its outputs are the
 edition's own run (``make notebooks`` executes both editions): ``build`` keeps them for every
-code cell whose code did not change, and leaves a changed cell without outputs until the edition
-is executed again.
+code cell whose code did not change (comments and docstrings aside), and leaves a changed cell
+without outputs until the edition is executed again.
 Links keep working: a link to a heading of a notebook (``07_mlp.ipynb#1.-d-→-4d-→-d,-by-hand``)
 is written in the translation with the English anchor and pointed at the translated heading
 here; a link out of ``notebooks/`` gains one ``../``.
@@ -24,17 +26,18 @@ Two documents have an edition too, built the same way one section (a heading and
 block: ``ERRATA.zh-CN.md`` from ``i18n/zh/ERRATA.md`` (links pointed at the Chinese notebooks, the
 English anchors kept) and ``README.zh-CN.md`` from ``i18n/zh/README.md`` (its own links).
 
-``check`` lists what is out of step: a translation whose English cell has changed since (its
-hash no longer matches), a markdown cell with no translation, a block for a cell that no longer
-exists, a built notebook that differs from what ``build`` would write, a code cell not executed in
-the edition since its code changed. ``template NN`` writes a
-translation file for notebook NN (or adds the blocks it lacks), with the English text in each
-new block to be replaced.
+``check`` lists what is out of step: a translation whose English cell (or a code cell's English
+comments) has changed since (its hash no longer matches), a markdown cell with no translation,
+a block for a cell that no longer exists, a built notebook that differs from what ``build`` would
+write, a code cell not executed in the edition since its code changed. ``template NN`` writes a
+translation file for notebook NN and its comments file (or adds the blocks they lack), with the
+English text in each new block to be replaced.
 
     python -m i18n.build build [--lang zh]
     python -m i18n.build check [--lang zh]
     python -m i18n.build template 05 [--lang zh]
     python -m i18n.build mark 05 r-saw [--lang zh]   # after updating that cell's translation
+                                                     # (a code cell's id: its comments' block)
 """
 
 from __future__ import annotations

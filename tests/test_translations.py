@@ -2,7 +2,8 @@
 
 Every English notebook has its twin, built from i18n/zh/NN_topic.md: the same cells in the same
 order, the same code (but for the first code cell, which chooses the language of what gptlib and
-the notebook's `tr("...")` say), outputs of its own run that print the same numbers as the
+the notebook's `tr("...")` say; comments and docstrings are each edition's own, the Chinese
+ones from i18n/zh/comments/), outputs of its own run that print the same numbers as the
 English, every markdown cell translated from the English text it now has (a translation of an
 older text is named), headings, links and formulas kept, and the built notebook exactly what
 `python -m i18n.build build` writes. Editing an English

@@ -169,7 +169,9 @@ def test_core_questions_all_point_at_a_notebook(glossary):
                 questions[row[0].split()[0]] = row
     assert sorted(questions, key=lambda q: int(q[1:])) == [f"Q{i}" for i in range(1, 13)]
     for q, row in questions.items():
-        assert any("](notebooks/" in cell for cell in row), f"{q} links no notebook"
+        assert len(row) == 4, f"{q}: a question row has 4 cells (the last the Chinese edition's)"
+        assert "](notebooks/" in row[2], f"{q} links no notebook"
+        assert "](notebooks/zh/" in row[3], f"{q} links no Chinese notebook"
 
 
 def test_readme_links_the_glossary():
@@ -198,7 +200,8 @@ def test_pitfalls_have_one_row_each(glossary):
     assert len(bodies) == 1, "GLOSSARY.md should have one Pitfalls table"
     per_section: dict[str, int] = {}
     for row in bodies[0]:
-        assert len(row) == 3 and "](notebooks/" in row[2], f"malformed pitfall row: {row}"
+        assert len(row) == 4 and "](notebooks/" in row[2], f"malformed pitfall row: {row}"
+        assert "](notebooks/zh/" in row[3], f"pitfall row links no Chinese notebook: {row}"
         first = row[1].split(";")[0].strip()  # the section the pitfall is listed under
         per_section[first] = per_section.get(first, 0) + 1
     chapter_2 = {k.removeprefix("2, "): v for k, v in per_section.items() if k.startswith("2, ")}

@@ -20,9 +20,13 @@ Links keep working: a link to a heading of a notebook (``07_mlp.ipynb#1.-d-→-4
 is written in the translation with the English anchor and pointed at the translated heading
 here; a link out of ``notebooks/`` gains one ``../``.
 
-Two documents have an edition too, built the same way one section (a heading and its text) per
+Three documents have an edition too, built the same way one section (a heading and its text) per
 block: ``ERRATA.zh-CN.md`` from ``i18n/zh/ERRATA.md`` (links pointed at the Chinese notebooks, the
-English anchors kept) and ``README.zh-CN.md`` from ``i18n/zh/README.md`` (its own links).
+English anchors kept; where the English quotes what a notebook prints, the block writes a marker,
+``{{out 07 05fb79b5 "524,288"}}``, and the edition quotes that line of the Chinese notebook's
+stored output, see QUOTE), ``README.zh-CN.md`` from ``i18n/zh/README.md`` (its own links) and
+``GLOSSARY.zh-CN.md`` from ``i18n/zh/GLOSSARY.md`` (every link kept: both already link both
+editions).
 
 ``check`` lists what is out of step: a translation whose English cell has changed since (its
 hash no longer matches), a markdown cell with no translation, a block for a cell that no longer
@@ -58,7 +62,8 @@ LANGUAGE_IMPORT = "from gptlib.language import set_language"
 LANGUAGE_CALL = {"zh": 'set_language("zh")  # gptlib 的检查与消息用中文'}
 MARKER = re.compile(r"^<!-- (?:cell|section) (\S+) · en ([0-9a-f]{12}) -->$", re.M)
 # The repository's documents that have an edition in another language: ERRATA.md is written
-# ERRATA.zh-CN.md from i18n/zh/ERRATA.md, one block per section (a heading and what follows it).
+# ERRATA.zh-CN.md from i18n/zh/ERRATA.md, one block per section (a heading and what follows it);
+# README.md and GLOSSARY.md alike.
 DOCUMENTS = ("ERRATA.md", "README.md", "GLOSSARY.md")
 # A document whose translation is written for its own readers: its own links (the README.zh-CN
 # links both editions), its own comments in its commands; only its headings and its staleness
@@ -527,14 +532,19 @@ def quote_differences(english: str, translation: str, lang: str) -> list[str]:
     found, rest_en = [], english
     for m in QUOTE.finditer(translation):
         try:
-            quoted_line(m, lang)
+            line = _norm(quoted_line(m, lang))
         except QuoteError as e:
             found.append(str(e))
             continue
         number, cell_id = m.group(1), m.group(2)
-        path = notebook_by_number(number)
-        lines = output_lines(path).get(cell_id) if path else None
-        line = _norm(quoted_line(m, lang))
+        english_path = notebook_by_number(number)
+        lines = output_lines(english_path).get(cell_id, []) if english_path else []
+        here = output_lines(notebook_by_number(number, lang))[cell_id]
+        if m.group(4) and len(lines) != len(here):
+            found.append(
+                f"{m.group(0)} names a line by its place, but cell {cell_id} prints "
+                f"{len(lines)} lines in English and {len(here)} here: name a piece of its text"
+            )
         has = _NUMBER.findall(line)
         # The English quote it stands for: one of the same cell's output whose numbers the quoted
         # line has, the one with the most numbers, then the longest.
@@ -542,7 +552,6 @@ def quote_differences(english: str, translation: str, lang: str) -> list[str]:
             s
             for s in _CODE.finditer(rest_en)
             if not s.group().startswith(("```", "~~~"))
-            and lines
             and quotes_output(s.group(), lines)
             and _within(_NUMBER.findall(s.group()), has)
         ]

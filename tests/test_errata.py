@@ -299,6 +299,19 @@ def test_the_check_pairs_a_marker_with_the_english_quote_of_the_same_line():
     assert any("6ac7d2a2" in p for p in other), other
 
 
+def test_a_line_named_by_its_place_is_refused_where_the_editions_print_different_lines(
+    monkeypatch,
+):
+    def outputs(path):  # the Chinese run printed one line fewer than the English
+        zh = path.parent.name == "zh"
+        return {"c1": ["甲：1"] if zh else ["alpha one: 1", "beta two: 2"]}
+
+    monkeypatch.setattr(i18n, "output_lines", outputs)
+    found = i18n.quote_differences("prints `alpha one: 1`.", "打印 {{out 07 c1 #1}}。", "zh")
+    assert any("by its place" in p and "2 lines in English and 1" in p for p in found), found
+    assert i18n.quote_differences("prints `alpha one: 1`.", '打印 {{out 07 c1 "1"}}。', "zh") == []
+
+
 def _quoted_outputs(text: str, linked: list[str], lang: str | None):
     """The code spans of `text` that quote (all pieces, spacing aside) exactly one code cell's
     stored output among the linked notebooks: (span, notebook number, cell id)."""

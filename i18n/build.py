@@ -418,7 +418,12 @@ _outputs_cache: dict[tuple[Path, int], dict[str, list[str]]] = {}
 
 
 class QuoteError(ValueError):
-    """A quote marker that does not find its line: the message names the marker and why."""
+    """A quote marker that does not find its line: the message names the marker and why.
+    `pending` when the cell has no stored output yet (its code changed since the edition ran)."""
+
+    def __init__(self, message: str, pending: bool = False):
+        super().__init__(message)
+        self.pending = pending
 
 
 def output_lines(path: Path) -> dict[str, list[str]]:
@@ -470,6 +475,12 @@ def _line(m: re.Match, lang: str, number: str, cell_id: str, piece, index) -> st
     if cell_id not in cells:
         raise QuoteError(f"{m.group(0)}: notebooks/{lang}/{path.name} has no code cell {cell_id}")
     lines = cells[cell_id]
+    if not lines:
+        raise QuoteError(
+            f"{m.group(0)}: cell {cell_id} of notebooks/{lang}/{path.name} has no stored output "
+            "(not executed in this edition since its code changed; run make notebooks)",
+            pending=True,
+        )
     if index is not None:
         if not 1 <= int(index) <= len(lines):
             raise QuoteError(
@@ -502,7 +513,7 @@ def with_quotes(text: str, lang: str, where: str) -> str:
         try:
             return code_span(quoted_line(m, lang))
         except QuoteError as e:
-            raise QuoteError(f"{where}: {e}") from None
+            raise QuoteError(f"{where}: {e}", e.pending) from None
 
     return QUOTE.sub(quote, text)
 
@@ -626,7 +637,15 @@ def build(lang: str = "zh", number: str | None = None) -> list[Path]:
         if not document_translation_path(document, lang).is_file():
             continue
         target = document_edition(document, lang)
-        text = translated_document(document, lang, maps)
+        try:
+            text = translated_document(document, lang, maps)
+        except QuoteError as e:
+            if not e.pending:
+                raise
+            # The notebooks come first: an edition executed next fills the cell, and the next
+            # build writes the document; `check` names it until then.
+            print(f"{target.name} not rebuilt yet: {e}", file=sys.stderr)
+            continue
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
             written.append(target)

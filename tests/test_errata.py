@@ -348,3 +348,27 @@ def test_the_chinese_errata_quotes_no_english_output_that_the_chinese_notebook_p
     assert not problems, "English output quoted where the Chinese notebook differs:\n" + "\n".join(
         problems
     )
+
+
+def test_a_quote_of_a_cell_not_yet_executed_waits_for_the_next_build(monkeypatch, capsys):
+    """`make notebooks` builds the Chinese edition before executing it: a cell whose code changed
+    has no output yet, so the errata is left as it is (with a message) instead of stopping the
+    build; a marker that finds no line in an executed cell stops it."""
+    monkeypatch.setattr(i18n, "output_lines", lambda path: {"c1": []})
+    with pytest.raises(i18n.QuoteError, match="no stored output") as caught:
+        i18n.with_quotes("{{out 07 c1 #1}}", "zh", "here")
+    assert caught.value.pending
+
+    def pending(document, lang, maps=None):
+        raise i18n.QuoteError("{{out 07 c1 #1}}: no stored output", pending=True)
+
+    monkeypatch.setattr(i18n, "translated_document", pending)
+    assert i18n.build("zh", "ERRATA") == []
+    assert "ERRATA.zh-CN.md not rebuilt yet" in capsys.readouterr().err
+
+    def missing(document, lang, maps=None):
+        raise i18n.QuoteError('{{out 07 c1 "9.99"}}: 0 lines contain it')
+
+    monkeypatch.setattr(i18n, "translated_document", missing)
+    with pytest.raises(i18n.QuoteError, match="9.99"):
+        i18n.build("zh", "ERRATA")

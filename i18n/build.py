@@ -408,10 +408,10 @@ def section_differences(english: str, translation: str) -> list[str]:
 # cell's id and a piece of text (a number or code that stays when the wording changes) found on
 # exactly one line of that cell's stored outputs in notebooks/<lang>/; or {{out 07 05fb79b5 #2}},
 # the cell's second output line, where no such piece stays; "col 3" after either quotes only the
-# third column of a table's line (columns are parted by two or more spaces). The built document has that line as a
-# code span, so a quote cannot drift from what the notebook prints. The English section quotes the
-# English notebook's output of the same cell: the check pairs each marker with such a quote and
-# holds the rest of the section to the usual rules.
+# third column of a table's line (columns are parted by two or more spaces). The built document
+# has that line as a code span, so a quote cannot drift from what the notebook prints. The English
+# section quotes the English notebook's output of the same cell: the check pairs each marker with
+# such a quote and holds the rest of the section to the usual rules.
 QUOTE = re.compile(r'\{\{out (\d\d) (\S+) (?:"([^"\n]+)"|#(\d+))(?: col (\d+))?\}\}')
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _outputs_cache: dict[tuple[Path, int], dict[str, list[str]]] = {}

@@ -305,7 +305,7 @@ def test_every_link_lands_on_a_section_that_teaches_its_term(glossary):
     assert not problems, "\n".join(problems)
 
 
-# --- GLOSSARY.zh-CN.md: the glossary in Chinese ----------------------------------------------------
+# --- GLOSSARY.zh-CN.md: the glossary in Chinese ---------------------------------------------------
 
 ZH_GLOSSARY = ROOT / "GLOSSARY.zh-CN.md"
 _HAN = re.compile(r"[\u4e00-\u9fff]")

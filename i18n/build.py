@@ -22,9 +22,13 @@ Links keep working: a link to a heading of a notebook (``07_mlp.ipynb#1.-d-→-4
 is written in the translation with the English anchor and pointed at the translated heading
 here; a link out of ``notebooks/`` gains one ``../``.
 
-Two documents have an edition too, built the same way one section (a heading and its text) per
+Three documents have an edition too, built the same way one section (a heading and its text) per
 block: ``ERRATA.zh-CN.md`` from ``i18n/zh/ERRATA.md`` (links pointed at the Chinese notebooks, the
-English anchors kept) and ``README.zh-CN.md`` from ``i18n/zh/README.md`` (its own links).
+English anchors kept; where the English quotes what a notebook prints, the block writes a marker,
+``{{out 07 05fb79b5 "524,288"}}``, and the edition quotes that line of the Chinese notebook's
+stored output, see QUOTE), ``README.zh-CN.md`` from ``i18n/zh/README.md`` (its own links) and
+``GLOSSARY.zh-CN.md`` from ``i18n/zh/GLOSSARY.md`` (every link kept: both already link both
+editions).
 
 ``check`` lists what is out of step: a translation whose English cell (or a code cell's English
 comments) has changed since (its hash no longer matches), a markdown cell with no translation,
@@ -63,12 +67,16 @@ LANGUAGE_IMPORT = "from gptlib.language import set_language"
 LANGUAGE_CALL = {"zh": 'set_language("zh")  # gptlib 的检查与消息用中文'}
 MARKER = re.compile(r"^<!-- (?:cell|section) (\S+) · en ([0-9a-f]{12}) -->$", re.M)
 # The repository's documents that have an edition in another language: ERRATA.md is written
-# ERRATA.zh-CN.md from i18n/zh/ERRATA.md, one block per section (a heading and what follows it).
-DOCUMENTS = ("ERRATA.md", "README.md")
+# ERRATA.zh-CN.md from i18n/zh/ERRATA.md, one block per section (a heading and what follows it);
+# README.md and GLOSSARY.md alike.
+DOCUMENTS = ("ERRATA.md", "README.md", "GLOSSARY.md")
 # A document whose translation is written for its own readers: its own links (the README.zh-CN
 # links both editions), its own comments in its commands; only its headings and its staleness
 # are checked, and its sections keep no English anchors.
 OWN_LINKS = ("README.md",)
+# A document that already links both editions (GLOSSARY.md: each row its English and its Chinese
+# section): its translation keeps every link as the English has it, and is checked like ERRATA.
+BOTH_EDITIONS = ("GLOSSARY.md",)
 DOCUMENT_HEADER = (
     "<!-- {name}: the {lang} text of each section of {name}.md. A block starts at its marker: the "
     "English section's anchor and the hash of the English text it translates "
@@ -671,7 +679,10 @@ def translated_document(document: str, lang: str, maps=None) -> str:
         if block is not None and document in OWN_LINKS:
             text = block.text
         elif block is not None:
-            text = _relink_document(block.text, lang, maps)
+            where = f"i18n/{lang}/{document}, section {anchor_}"
+            text = with_quotes(block.text, lang, where)
+            if document not in BOTH_EDITIONS:
+                text = _relink_document(text, lang, maps)
             heads = headings(text)
             if anchor_ != "top" and (not heads or slug(heads[0]) != anchor_):
                 text = f'<a id="{anchor_}"></a>\n\n{text}'
@@ -717,6 +728,182 @@ def section_differences(english: str, translation: str) -> list[str]:
     return found
 
 
+# --- Quotes of the edition's own outputs in a translated document -------------------------------
+# A translated document (ERRATA) quotes what a notebook prints as the edition's notebook prints it:
+# the block writes a marker, {{out 07 05fb79b5 "524,288"}}, naming the notebook's number, the code
+# cell's id and a piece of text (a number or code that stays when the wording changes) found on
+# exactly one line of that cell's stored outputs in notebooks/<lang>/; or {{out 07 05fb79b5 #2}},
+# the cell's second output line, where no such piece stays; "col 3" after either quotes only the
+# third column of a table's line (columns are parted by two or more spaces). The built document
+# has that line as a code span, so a quote cannot drift from what the notebook prints. The English
+# section quotes the English notebook's output of the same cell: the check pairs each marker with
+# such a quote and holds the rest of the section to the usual rules.
+QUOTE = re.compile(r'\{\{out (\d\d) (\S+) (?:"([^"\n]+)"|#(\d+))(?: col (\d+))?\}\}')
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_outputs_cache: dict[tuple[Path, int], dict[str, list[str]]] = {}
+
+
+class QuoteError(ValueError):
+    """A quote marker that does not find its line: the message names the marker and why.
+    `pending` when the cell has no stored output yet (its code changed since the edition ran)."""
+
+    def __init__(self, message: str, pending: bool = False):
+        super().__init__(message)
+        self.pending = pending
+
+
+def output_lines(path: Path) -> dict[str, list[str]]:
+    """code cell id -> the lines of its stored text outputs (streams, results' text/plain, errors
+    as "Name: message"), in order, trailing spaces removed."""
+    key = (path, path.stat().st_mtime_ns)
+    if key not in _outputs_cache:
+        found = {}
+        for cell in load(path)["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            texts = []
+            for out in cell.get("outputs", []):
+                if out["output_type"] == "stream":
+                    texts.append(source({"source": out["text"]}))
+                elif out["output_type"] == "error":
+                    texts.append(f"{out['ename']}: {out['evalue']}")
+                elif "text/plain" in out.get("data", {}):
+                    texts.append(source({"source": out["data"]["text/plain"]}))
+            lines = _ANSI.sub("", "\n".join(texts)).splitlines()
+            found[cell.get("id")] = [line.rstrip() for line in lines if line.strip()]
+        _outputs_cache[key] = found
+    return _outputs_cache[key]
+
+
+def notebook_by_number(number: str, lang: str | None = None) -> Path | None:
+    """notebooks/NN_topic.ipynb (with `lang`, its edition's), or None."""
+    found = sorted((NOTEBOOKS / lang if lang else NOTEBOOKS).glob(f"{number}_*.ipynb"))
+    return found[0] if found else None
+
+
+def quoted_line(m: re.Match, lang: str) -> str:
+    """The stored output line a marker names; raises QuoteError naming the marker."""
+    number, cell_id, piece, index, column = m.groups()
+    line = _line(m, lang, number, cell_id, piece, index)
+    if column is not None:
+        columns = re.split(r"\s{2,}", line)
+        if not 1 <= int(column) <= len(columns):
+            raise QuoteError(f"{m.group(0)}: the line {line[:60]!r} has {len(columns)} columns")
+        line = columns[int(column) - 1]
+    return re.sub(r" {3,}", "  ", line)  # a table's padding, as the English quotes write it
+
+
+def _line(m: re.Match, lang: str, number: str, cell_id: str, piece, index) -> str:
+    path = notebook_by_number(number, lang)
+    if path is None:
+        raise QuoteError(f"{m.group(0)}: no notebook {number} in notebooks/{lang}/")
+    cells = output_lines(path)
+    if cell_id not in cells:
+        raise QuoteError(f"{m.group(0)}: notebooks/{lang}/{path.name} has no code cell {cell_id}")
+    lines = cells[cell_id]
+    if not lines:
+        raise QuoteError(
+            f"{m.group(0)}: cell {cell_id} of notebooks/{lang}/{path.name} has no stored output "
+            "(not executed in this edition since its code changed; run make notebooks)",
+            pending=True,
+        )
+    if index is not None:
+        if not 1 <= int(index) <= len(lines):
+            raise QuoteError(
+                f"{m.group(0)}: cell {cell_id} of notebooks/{lang}/{path.name} prints "
+                f"{len(lines)} lines, not {index}"
+            )
+        return lines[int(index) - 1].strip()
+    hits = [line for line in lines if piece in line]
+    if len(hits) != 1:
+        raise QuoteError(
+            f"{m.group(0)}: {len(hits)} lines of cell {cell_id}'s stored output in "
+            f"notebooks/{lang}/{path.name} contain {piece!r}, not one "
+            f"({'; '.join(h.strip()[:60] for h in hits[:3]) or 'none of its ' + str(len(lines))}); "
+            "name a piece of text that only its line has"
+        )
+    return hits[0].strip()
+
+
+def code_span(text: str) -> str:
+    """`text` as a Markdown code span (longer fences where it holds backticks)."""
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or fence != "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def with_quotes(text: str, lang: str, where: str) -> str:
+    """A block's text with each quote marker replaced by the quoted line as a code span."""
+
+    def quote(m: re.Match) -> str:
+        try:
+            return code_span(quoted_line(m, lang))
+        except QuoteError as e:
+            raise QuoteError(f"{where}: {e}", e.pending) from None
+
+    return QUOTE.sub(quote, text)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def quotes_output(span: str, lines: list[str]) -> bool:
+    """Whether a code span of the English text quotes these output lines: each of its pieces
+    (cut at an ellipsis) is in them, spacing aside."""
+    body = _norm(span.strip("`"))
+    pieces = [p.strip() for p in re.split(r"…|\.\.\.", body) if p.strip()]
+    text = _norm("\n".join(lines))
+    return bool(pieces) and all(p in text for p in pieces)
+
+
+def _within(numbers: list[str], has: list[str]) -> bool:
+    """Whether every number of `numbers` is in `has`, as often."""
+    return all(numbers.count(n) <= has.count(n) for n in set(numbers))
+
+
+def quote_differences(english: str, translation: str, lang: str) -> list[str]:
+    """What a section that quotes its edition's outputs must keep: each marker finds its line and
+    stands for a quote, in the English section, of the same cell's English output; with those
+    quotes and the markers set aside, the rest is held to section_differences."""
+    found, rest_en = [], english
+    for m in QUOTE.finditer(translation):
+        try:
+            line = _norm(quoted_line(m, lang))
+        except QuoteError as e:
+            found.append(str(e))
+            continue
+        number, cell_id = m.group(1), m.group(2)
+        english_path = notebook_by_number(number)
+        lines = output_lines(english_path).get(cell_id, []) if english_path else []
+        here = output_lines(notebook_by_number(number, lang))[cell_id]
+        if m.group(4) and len(lines) != len(here):
+            found.append(
+                f"{m.group(0)} names a line by its place, but cell {cell_id} prints "
+                f"{len(lines)} lines in English and {len(here)} here: name a piece of its text"
+            )
+        has = _NUMBER.findall(line)
+        # The English quote it stands for: one of the same cell's output whose numbers the quoted
+        # line has, the one with the most numbers, then the longest.
+        candidates = [
+            s
+            for s in _CODE.finditer(rest_en)
+            if not s.group().startswith(("```", "~~~"))
+            and quotes_output(s.group(), lines)
+            and _within(_NUMBER.findall(s.group()), has)
+        ]
+        if not candidates:
+            found.append(
+                f"{m.group(0)} quotes {line[:60]!r}, but the English section quotes no output of "
+                f"cell {cell_id} of notebook {number} with the same numbers that it could stand for"
+            )
+            continue
+        pair = max(candidates, key=lambda s: (len(_NUMBER.findall(s.group())), len(s.group())))
+        rest_en = rest_en[: pair.start()] + "\u2063" + rest_en[pair.end() :]
+    rest_tr = QUOTE.sub("\u2063", translation)
+    return found + section_differences(rest_en, rest_tr)
+
+
 def document_problems(document: str, lang: str, maps) -> list[str]:
     tr_path = document_translation_path(document, lang)
     where = f"i18n/{lang}/{document}"
@@ -737,16 +924,18 @@ def document_problems(document: str, lang: str, maps) -> list[str]:
         elif block.text == text:
             found.append(f"{where}: section {anchor_} is still the English text")
         else:
-            differ = section_differences(text, block.text)
+            differ = quote_differences(text, block.text, lang)
             if document in OWN_LINKS:
                 differ = [d for d in differ if d.startswith("heading levels")]
             found += [f"{where}: section {anchor_}: {d}" for d in differ]
     for anchor_ in blocks.keys() - english.keys():
         found.append(f"{where}: section {anchor_} is not a section of {document}")
     built = document_edition(document, lang)
-    if not built.is_file() or built.read_text(encoding="utf-8") != translated_document(
-        document, lang, maps
-    ):
+    try:
+        expected = translated_document(document, lang, maps)
+    except QuoteError:  # named above, with its section
+        return found
+    if not built.is_file() or built.read_text(encoding="utf-8") != expected:
         found.append(
             f"{built.name}: not what the translation builds (run python -m i18n.build build)"
         )
@@ -774,7 +963,15 @@ def build(lang: str = "zh", number: str | None = None) -> list[Path]:
         if not document_translation_path(document, lang).is_file():
             continue
         target = document_edition(document, lang)
-        text = translated_document(document, lang, maps)
+        try:
+            text = translated_document(document, lang, maps)
+        except QuoteError as e:
+            if not e.pending:
+                raise
+            # The notebooks come first: an edition executed next fills the cell, and the next
+            # build writes the document; `check` names it until then.
+            print(f"{target.name} not rebuilt yet: {e}", file=sys.stderr)
+            continue
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
             written.append(target)
@@ -922,7 +1119,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lang", default="zh", choices=sorted(LANGS))
     args = parser.parse_args(argv)
     if args.command == "build":
-        for path in build(args.lang, args.number):
+        try:
+            written = build(args.lang, args.number)
+        except QuoteError as e:
+            print(f"not built: {e}", file=sys.stderr)
+            return 1
+        for path in written:
             print(f"wrote {path.relative_to(ROOT)}")
         return 0
     if args.command == "mark":

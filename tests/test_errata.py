@@ -242,3 +242,133 @@ def test_every_flag_in_a_notebook_is_listed_in_its_entry(errata):
                     problems.append(f"notebooks/{path.name}#{chain[0]}: no ERRATA heading {anchor}")
     assert _notebook_references(), "no notebook refers to an ERRATA entry"
     assert not problems, "\n".join(problems)
+
+
+# --- ERRATA.zh-CN quotes what the Chinese notebooks print -----------------------------------------
+# i18n/zh/ERRATA.md writes {{out NN cell "piece"}} where the English quotes a notebook's output; the
+# builder puts the line of the Chinese notebook's stored output there (i18n/build.py, QUOTE).
+
+ZH_ERRATA = ROOT / "i18n" / "zh" / "ERRATA.md"
+
+
+def test_every_quote_marker_finds_its_line_in_the_chinese_notebook():
+    text = ZH_ERRATA.read_text(encoding="utf-8")
+    markers = list(i18n.QUOTE.finditer(text))
+    assert len(markers) >= 100, f"only {len(markers)} quotes of the Chinese notebooks' outputs"
+    problems = []
+    for m in markers:
+        try:
+            line = i18n.quoted_line(m, "zh")
+        except i18n.QuoteError as e:
+            problems.append(str(e))
+            continue
+        if not re.search(r"[\u4e00-\u9fff]", line) and re.search(
+            r"[A-Za-z]{3,} [A-Za-z]{3,}", line
+        ):
+            problems.append(f"{m.group(0)} quotes {line!r}: English words and no Chinese")
+    assert not problems, "\n".join(problems)
+
+
+def test_a_marker_that_finds_no_line_fails_the_build_naming_it():
+    text = 'prints {{out 07 05fb79b5 "no such piece 123"}}.'
+    with pytest.raises(i18n.QuoteError, match=r"05fb79b5 \"no such piece 123\".*0 lines"):
+        i18n.with_quotes(text, "zh", "i18n/zh/ERRATA.md, section 1")
+    with pytest.raises(i18n.QuoteError, match="no code cell nosuchcell"):
+        i18n.with_quotes("{{out 07 nosuchcell #1}}", "zh", "here")
+    with pytest.raises(i18n.QuoteError, match="prints 2 lines, not 9"):
+        i18n.with_quotes("{{out 07 05fb79b5 #9}}", "zh", "here")
+    built = i18n.with_quotes('prints {{out 07 05fb79b5 "524,288"}}.', "zh", "here")
+    assert "524,288" in built and "800,384" in built and "`" in built, built
+
+
+def test_the_check_pairs_a_marker_with_the_english_quote_of_the_same_line():
+    english = (
+        "prints `textbook preset: MLP 524,288 of 800,384 parameters = 65.5% of the whole model` "
+        "and `microgpt (trained): MLP 2,048 of 4,112 parameters = 49.8% of the whole model`."
+    )
+    right = '打印 {{out 07 05fb79b5 "524,288"}} 和 {{out 07 05fb79b5 "2,048"}}。'
+    assert i18n.quote_differences(english, right, "zh") == []
+    # the same line twice: one English quote has no marker, and one marker no quote of its line
+    wrong = i18n.quote_differences(
+        english, '打印 {{out 07 05fb79b5 "524,288"}} 和 {{out 07 05fb79b5 "800,384"}}。', "zh"
+    )
+    assert any("no output of cell 05fb79b5" in p for p in wrong), wrong
+    assert any("microgpt (trained)" in p for p in wrong), wrong  # the English quote left over
+    # a marker of a cell the English does not quote
+    other = i18n.quote_differences(english, right + ' {{out 07 6ac7d2a2 "131072"}}', "zh")
+    assert any("6ac7d2a2" in p for p in other), other
+
+
+def test_a_line_named_by_its_place_is_refused_where_the_editions_print_different_lines(
+    monkeypatch,
+):
+    def outputs(path):  # the Chinese run printed one line fewer than the English
+        zh = path.parent.name == "zh"
+        return {"c1": ["甲：1"] if zh else ["alpha one: 1", "beta two: 2"]}
+
+    monkeypatch.setattr(i18n, "output_lines", outputs)
+    found = i18n.quote_differences("prints `alpha one: 1`.", "打印 {{out 07 c1 #1}}。", "zh")
+    assert any("by its place" in p and "2 lines in English and 1" in p for p in found), found
+    assert i18n.quote_differences("prints `alpha one: 1`.", '打印 {{out 07 c1 "1"}}。', "zh") == []
+
+
+def _quoted_outputs(text: str, linked: list[str], lang: str | None):
+    """The code spans of `text` that quote (all pieces, spacing aside) exactly one code cell's
+    stored output among the linked notebooks: (span, notebook number, cell id)."""
+    found = []
+    for m in i18n._CODE.finditer(text):
+        span = m.group()
+        if span.startswith(("```", "~~~")) or len(re.findall(r"[A-Za-z]{3,}", span)) < 2:
+            continue
+        hits = [
+            (number, cell)
+            for number in linked
+            for cell, lines in i18n.output_lines(i18n.notebook_by_number(number, lang)).items()
+            if i18n.quotes_output(span, lines)
+        ]
+        if len(hits) == 1:
+            found.append((span, *hits[0]))
+    return found
+
+
+def test_the_chinese_errata_quotes_no_english_output_that_the_chinese_notebook_prints_otherwise():
+    """A quote of an English notebook's output, left in English in ERRATA.zh-CN, although the
+    Chinese notebook's same cell prints something else: it should be a marker."""
+    built = (ROOT / "ERRATA.zh-CN.md").read_text(encoding="utf-8")
+    problems = []
+    for anchor, text in i18n.sections(built):
+        linked = sorted(set(re.findall(r"notebooks/zh/(\d\d)_\w+\.ipynb", text)))
+        for span, number, cell in _quoted_outputs(text, linked, None):
+            zh = i18n.output_lines(i18n.notebook_by_number(number, "zh")).get(cell, [])
+            if not i18n.quotes_output(span, zh):
+                problems.append(f"{anchor[:40]}: {span[:70]} (notebook {number}, cell {cell})")
+    # the variants' names that the Chinese notebook prints with a number on the same line
+    allowed = {"`Q = K = V = x W, one W`"}
+    problems = [p for p in problems if not any(a in p for a in allowed)]
+    assert not problems, "English output quoted where the Chinese notebook differs:\n" + "\n".join(
+        problems
+    )
+
+
+def test_a_quote_of_a_cell_not_yet_executed_waits_for_the_next_build(monkeypatch, capsys):
+    """`make notebooks` builds the Chinese edition before executing it: a cell whose code changed
+    has no output yet, so the errata is left as it is (with a message) instead of stopping the
+    build; a marker that finds no line in an executed cell stops it."""
+    monkeypatch.setattr(i18n, "output_lines", lambda path: {"c1": []})
+    with pytest.raises(i18n.QuoteError, match="no stored output") as caught:
+        i18n.with_quotes("{{out 07 c1 #1}}", "zh", "here")
+    assert caught.value.pending
+
+    def pending(document, lang, maps=None):
+        raise i18n.QuoteError("{{out 07 c1 #1}}: no stored output", pending=True)
+
+    monkeypatch.setattr(i18n, "translated_document", pending)
+    assert i18n.build("zh", "ERRATA") == []
+    assert "ERRATA.zh-CN.md not rebuilt yet" in capsys.readouterr().err
+
+    def missing(document, lang, maps=None):
+        raise i18n.QuoteError('{{out 07 c1 "9.99"}}: 0 lines contain it')
+
+    monkeypatch.setattr(i18n, "translated_document", missing)
+    with pytest.raises(i18n.QuoteError, match="9.99"):
+        i18n.build("zh", "ERRATA")

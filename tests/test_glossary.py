@@ -5,6 +5,10 @@ Every link into ``notebooks/*.ipynb`` must name a notebook that exists and, when
 (inline markup such as backticks removed) with every space replaced by ``-``. Every notebook is
 linked at least once, the glossary tables hold at least 50 complete rows, the core questions
 Q1-Q12 each point at a notebook, and README.md links the glossary.
+
+GLOSSARY.zh-CN.md, built from i18n/zh/GLOSSARY.md by ``python -m i18n.build``, explains every
+term, question and pitfall in Chinese; each of its rows links the same sections as the English
+row, the Chinese edition's in its 中文版 column, and its links land too.
 """
 
 from __future__ import annotations
@@ -169,7 +173,9 @@ def test_core_questions_all_point_at_a_notebook(glossary):
                 questions[row[0].split()[0]] = row
     assert sorted(questions, key=lambda q: int(q[1:])) == [f"Q{i}" for i in range(1, 13)]
     for q, row in questions.items():
-        assert any("](notebooks/" in cell for cell in row), f"{q} links no notebook"
+        assert len(row) == 4, f"{q}: a question row has 4 cells (the last the Chinese edition's)"
+        assert "](notebooks/" in row[2], f"{q} links no notebook"
+        assert "](notebooks/zh/" in row[3], f"{q} links no Chinese notebook"
 
 
 def test_readme_links_the_glossary():
@@ -198,7 +204,8 @@ def test_pitfalls_have_one_row_each(glossary):
     assert len(bodies) == 1, "GLOSSARY.md should have one Pitfalls table"
     per_section: dict[str, int] = {}
     for row in bodies[0]:
-        assert len(row) == 3 and "](notebooks/" in row[2], f"malformed pitfall row: {row}"
+        assert len(row) == 4 and "](notebooks/" in row[2], f"malformed pitfall row: {row}"
+        assert "](notebooks/zh/" in row[3], f"pitfall row links no Chinese notebook: {row}"
         first = row[1].split(";")[0].strip()  # the section the pitfall is listed under
         per_section[first] = per_section.get(first, 0) + 1
     chapter_2 = {k.removeprefix("2, "): v for k, v in per_section.items() if k.startswith("2, ")}
@@ -214,9 +221,14 @@ def test_the_chinese_column_links_the_twins_of_the_english_links(glossary):
     (the mapping the Chinese edition's builder uses)."""
     maps = i18n._anchor_maps("zh")
     problems = []
-    for row in _term_rows(glossary):
-        english = _link_targets(row[3], "notebooks/")
-        chinese = _link_targets(row[4], "notebooks/zh/")
+    pairs = [(row[0], row[3], row[4]) for row in _term_rows(glossary)]
+    for header, body in _tables(glossary):
+        if header and header[0] in ("Question", "Pitfall"):
+            pairs += [(row[0], row[2], row[3]) for row in body]
+    assert len(pairs) >= 50 + 12 + 28, len(pairs)
+    for term, english_cell, chinese_cell in pairs:
+        english = _link_targets(english_cell, "notebooks/")
+        chinese = _link_targets(chinese_cell, "notebooks/zh/")
         twins = []
         for target in english:
             path, _, fragment = target.partition("#")
@@ -225,7 +237,7 @@ def test_the_chinese_column_links_the_twins_of_the_english_links(glossary):
             twin = maps.get(name, {}).get(fragment, fragment) if fragment else ""
             twins.append(f"notebooks/zh/{name}" + (f"#{twin}" if twin else ""))
         if [unquote(t) for t in chinese] != twins:
-            problems.append(f"{row[0]}: 中文版 {chinese}, expected {twins}")
+            problems.append(f"{term}: 中文版 {chinese}, expected {twins}")
     assert not problems, "\n".join(problems)
 
 
@@ -291,3 +303,97 @@ def test_every_link_lands_on_a_section_that_teaches_its_term(glossary):
             ):
                 problems.append(f"{term!r} -> {english}: the section does not name the term")
     assert not problems, "\n".join(problems)
+
+
+# --- GLOSSARY.zh-CN.md: the glossary in Chinese ---------------------------------------------------
+
+ZH_GLOSSARY = ROOT / "GLOSSARY.zh-CN.md"
+_HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+@pytest.fixture(scope="module")
+def zh_glossary() -> str:
+    assert ZH_GLOSSARY.is_file(), "GLOSSARY.zh-CN.md is missing (python -m i18n.build build)"
+    return ZH_GLOSSARY.read_text(encoding="utf-8")
+
+
+def _zh_tables(zh_glossary: str, first: str) -> list[list[str]]:
+    return [row for header, body in _tables(zh_glossary) if header[0] == first for row in body]
+
+
+def _english_tables(glossary: str, first: str) -> list[list[str]]:
+    return [row for header, body in _tables(glossary) if header[0] == first for row in body]
+
+
+def test_the_chinese_glossary_links_land(zh_glossary):
+    targets = _link_targets(zh_glossary, "notebooks/")
+    zh = [t for t in targets if t.startswith("notebooks/zh/")]
+    assert len(zh) >= 160 + 12 + 28 and len(targets) - len(zh) >= 160 + 12 + 28, len(targets)
+    problems, anchors = [], {}
+    for target in targets:
+        path, _, fragment = target.partition("#")
+        if not (ROOT / path).is_file():
+            problems.append(f"{target}: no such notebook")
+        elif fragment:
+            anchors.setdefault(path, notebook_anchors(ROOT / path))
+            if unquote(fragment) not in anchors[path]:
+                problems.append(f"{target}: no heading of {path} has this anchor")
+    assert not problems, "\n".join(problems)
+    own = [t for t in _link_targets(zh_glossary, "") if t.startswith("#")]
+    ids = set(re.findall(r'^<a id="([^"]+)"></a>$', zh_glossary, re.M))
+    assert own and all(t[1:] in ids for t in own), own
+
+
+def test_every_term_is_explained_in_chinese_with_the_english_rows_links(glossary, zh_glossary):
+    english = {row[0]: row for row in _term_rows(glossary)}
+    chinese = {}
+    for row in _zh_tables(zh_glossary, "中文"):
+        assert len(row) == 5, f"a row of the Chinese glossary has 5 cells: {row}"
+        chinese[row[1]] = row
+    assert chinese.keys() == english.keys(), (
+        f"terms only in GLOSSARY.md: {sorted(english.keys() - chinese.keys())}; "
+        f"only in the Chinese: {sorted(chinese.keys() - english.keys())}"
+    )
+    problems = []
+    for term, (zh_word, _, meaning, zh_where, en_where) in chinese.items():
+        prose = re.sub(r"`[^`]*`", "", meaning)
+        if re.search(r"textbook|has no term", zh_word):
+            problems.append(f"{term}: the 中文 cell {zh_word!r} is written in English")
+        if len(_HAN.findall(prose)) < 4 or re.search(r"(?:\b[A-Za-z]{3,}\b[ ,;]+){4}", prose):
+            problems.append(f"{term}: the meaning is not written in Chinese: {meaning!r}")
+        if _link_targets(zh_where, "notebooks/") != _link_targets(english[term][4], "notebooks/"):
+            problems.append(f"{term}: 中文版 links differ from GLOSSARY.md's row")
+        if _link_targets(en_where, "notebooks/") != _link_targets(english[term][3], "notebooks/"):
+            problems.append(f"{term}: English edition links differ from GLOSSARY.md's row")
+        if any(not t.startswith("notebooks/zh/") for t in _link_targets(zh_where, "notebooks/")):
+            problems.append(f"{term}: the 中文版 column links an English notebook")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_core_questions_and_pitfalls_are_in_chinese_linking_both_editions(
+    glossary, zh_glossary
+):
+    for zh_first, en_first, count in (("问题", "Question", 12), ("易错点", "Pitfall", 28)):
+        zh_rows, en_rows = _zh_tables(zh_glossary, zh_first), _english_tables(glossary, en_first)
+        assert len(zh_rows) == len(en_rows) == count, (zh_first, len(zh_rows), len(en_rows))
+        for zh, en in zip(zh_rows, en_rows, strict=True):
+            text = zh[1] if zh_first == "问题" else zh[0]
+            assert _HAN.search(re.sub(r"`[^`]*`", "", text)), f"not in Chinese: {zh}"
+            assert _link_targets(zh[-2], "notebooks/") == _link_targets(en[-1], "notebooks/"), zh
+            assert _link_targets(zh[-1], "notebooks/") == _link_targets(en[-2], "notebooks/"), zh
+            assert all(t.startswith("notebooks/zh/") for t in _link_targets(zh[-2], "notebooks/"))
+    assert [row[0] for row in _zh_tables(zh_glossary, "问题")] == [f"Q{i}" for i in range(1, 13)]
+    sections = [row[1] for row in _zh_tables(zh_glossary, "易错点")]
+    assert sum(s == "3.4 节" for s in sections) == SECTION_3_4_FAILURES, sections
+
+
+def test_the_chinese_glossary_is_what_its_translation_builds():
+    problems = i18n.document_problems("GLOSSARY.md", "zh", i18n._anchor_maps("zh"))
+    assert not problems, "\n".join(problems)
+
+
+def test_the_chinese_readme_links_the_chinese_glossary():
+    readme = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
+    assert "](GLOSSARY.zh-CN.md)" in readme, "README.zh-CN.md does not link GLOSSARY.zh-CN.md"
+    english = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "](GLOSSARY.zh-CN.md)" in english, "README.md does not link GLOSSARY.zh-CN.md"

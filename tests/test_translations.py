@@ -229,8 +229,9 @@ def scratch(tmp_path, monkeypatch):
     """A copy of notebooks/ and i18n/zh/ that the test may edit, with i18n.build pointed at it."""
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     shutil.copytree(ROOT / "i18n" / "zh", tmp_path / "i18n" / "zh")  # comments/ included
-    for document in ("ERRATA.md", "ERRATA.zh-CN.md", "README.md", "README.zh-CN.md"):
-        shutil.copy(ROOT / document, tmp_path / document)
+    for document in i18n.DOCUMENTS:  # each document and its edition
+        for path in (ROOT / document, i18n.document_edition(document, "zh")):
+            shutil.copy(path, tmp_path / path.name)
     monkeypatch.setattr(i18n, "ROOT", tmp_path)
     monkeypatch.setattr(i18n, "NOTEBOOKS", tmp_path / "notebooks")
     return tmp_path

@@ -23,6 +23,8 @@ from gptlib.device import DTYPES, choose_device
 from gptlib.generate import complete, sample_documents
 from gptlib.language import (
     LANGUAGES,
+    SpeakingArgumentParser,
+    SpeakingHelpFormatter,
     _,
     get_language,
     language_from_locale,
@@ -139,7 +141,7 @@ def _by_preset(field: str) -> str:
     return ", ".join(f"{name} {value}" for name, value in values.items())
 
 
-class _Formatter(argparse.HelpFormatter):
+class _Formatter(SpeakingHelpFormatter):
     """argparse's help, with its own word "usage:" in the language in use, and lines wrapped by
     the columns they take on screen (a Chinese character takes two, and a line may break between
     two of them; argparse counts characters and breaks only at spaces)."""
@@ -159,9 +161,9 @@ class _Formatter(argparse.HelpFormatter):
         return [*lines, line.rstrip()]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse speaking the language in use: its headings, -h and the frame of its errors
-    (the inner words of an argparse error, such as "invalid choice", stay argparse's)."""
+class _Parser(SpeakingArgumentParser):
+    """argparse speaking the language in use: its headings, -h, its errors (see
+    `gptlib.language.SpeakingArgumentParser`)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.update(add_help=False, allow_abbrev=False, formatter_class=_Formatter)
@@ -272,7 +274,9 @@ def _train_shape_arguments(t: argparse.ArgumentParser) -> None:
         "--dropout",
         type=_non_negative_float,
         default=None,
-        help=_("(default: the preset's; {presets})").format(presets=_by_preset("dropout")),
+        help=_("the share of activations zeroed at random while training, on the embeddings, the "
+               "attention weights and each sublayer's output (default: the preset's; {presets})"
+               ).format(presets=_by_preset("dropout")),
     )
     t.add_argument(
         "--attention",

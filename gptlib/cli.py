@@ -274,9 +274,10 @@ def _train_shape_arguments(t: argparse.ArgumentParser) -> None:
         "--dropout",
         type=_non_negative_float,
         default=None,
-        help=_("the share of activations zeroed at random while training, on the embeddings, the "
-               "attention weights and each sublayer's output (default: the preset's; {presets})"
-               ).format(presets=_by_preset("dropout")),
+        help=_(
+            "the share of activations zeroed at random while training, on the embeddings, the "
+            "attention weights and each sublayer's output (default: the preset's; {presets})"
+        ).format(presets=_by_preset("dropout")),
     )
     t.add_argument(
         "--attention",

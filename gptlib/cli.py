@@ -322,8 +322,8 @@ def _train_schedule_arguments(t: argparse.ArgumentParser) -> None:
         "--seed",
         type=_seed,
         default=None,
-        help=_("0 to 2**63 - 1 (default: {seed}; with --resume, the run's saved random "
-               "state)").format(seed=d["seed"]),
+        help=_("the random seed, 0 to 2**63 - 1 (default: {seed}; with --resume, the run's "
+               "saved random state)").format(seed=d["seed"]),
     )  # fmt: skip
 
 
@@ -418,7 +418,9 @@ def _sample_parser(sub) -> None:
         help=_("text to continue; for a model of one document per line (names), every sample "
                "is a document that starts with it (default: none)"),
     )  # fmt: skip
-    s.add_argument("--seed", type=_seed, default=0, help=_("0 to 2**63 - 1 (default: 0)"))
+    s.add_argument(
+        "--seed", type=_seed, default=0, help=_("the random seed, 0 to 2**63 - 1 (default: 0)")
+    )
     s.add_argument("--device", default=None, help=_device_help())
 
 

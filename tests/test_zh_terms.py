@@ -36,7 +36,7 @@ VARIANTS = [
     (r"训练损失", "训练 loss", "the training loss: loss stays English"),
     (r"批大小|批次", "batch（batch 大小）", "batch stays English"),
     (r"当前使用的|正在使用的", "在用的", "a piece in use: yours once it passes, else the course's"),
-    (r"由课程的参考答案代替", "暂用课程的参考答案", "the course's reference stands in"),
+    (r"由(课程的)?参考(答案|实现)代替", "暂用课程的参考答案", "the course's reference stands in"),
     (r"本 notebook", "本笔记本", "notebook is 笔记本"),
     (r"一个每头宽度", "每头宽度", "d_h is a width, not one of several"),
 ]

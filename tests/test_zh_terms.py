@@ -47,6 +47,12 @@ VARIANTS = [
 # ERRATA's Chinese source (i18n/zh/ERRATA.md) is being restructured on its own: its "block"s and
 # "验证 loss"es are written as 块 and 验证集 loss there. Until then these two are not asked of it.
 NOT_YET = {"ERRATA.md": {r"验证损失|验证 loss", "block"}}
+# Two headings GLOSSARY.md links to by their anchors keep their "block" until the glossary's
+# links are renamed with them (GLOSSARY.md is being restructured on its own as well).
+LINKED_HEADINGS = {
+    "02_qkv.md": "## 1. 注意力所在之处：block",
+    "07_mlp.md": "## 6. 每个 block 的 12d² 个权重中，MLP 占 8d²",
+}
 
 BLOCK = (r"(?<![\w`\"'.\[/{-])blocks?(?![\w`\"'\]}.-])", "块", "a Block of the model")
 
@@ -208,7 +214,11 @@ def PROSE_FILES() -> list[Path]:  # noqa: N802
 
 @pytest.mark.parametrize("path", PROSE_FILES(), ids=lambda p: p.name)
 def test_no_refused_variant_in_the_prose(path):
-    prose = NOT_PROSE.sub(" ", path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    if path.name in LINKED_HEADINGS:
+        assert LINKED_HEADINGS[path.name] in text.splitlines(), "the heading was renamed"
+        text = text.replace(LINKED_HEADINGS[path.name], "")
+    prose = NOT_PROSE.sub(" ", text)
     found = [
         f"{m.group()!r}, write {preferred} ({why})"
         for pattern, preferred, why in PROSE_VARIANTS

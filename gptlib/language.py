@@ -11,6 +11,9 @@ Which language: `set_language("zh")` (a Chinese notebook says so in its first ce
 line takes `--lang zh` or, without it, the locale, read as gettext reads it (`$LANGUAGE`,
 `$LC_ALL`, `$LC_MESSAGES`, `$LANG`: `LANG=zh_CN.UTF-8` is Chinese). The library alone starts in
 English whatever the locale, so the English notebooks stay English on a Chinese system.
+The command line's parser is a `SpeakingArgumentParser`: argparse's own sentences (its usage, its
+errors) are in the catalogue too (`ARGPARSE_SENTENCES`), so `--lang zh` leaves no English of
+argparse's, and a line of Chinese help that ends in a colon ends in the full-width one.
 
 What a notebook itself prints or draws goes through `tr("...", name=value)`, the same lookup
 followed by the filling in of the values: the notebooks' code is the same in both editions and

@@ -23,6 +23,8 @@ from gptlib.device import DTYPES, choose_device
 from gptlib.generate import complete, sample_documents
 from gptlib.language import (
     LANGUAGES,
+    SpeakingArgumentParser,
+    SpeakingHelpFormatter,
     _,
     get_language,
     language_from_locale,
@@ -139,7 +141,7 @@ def _by_preset(field: str) -> str:
     return ", ".join(f"{name} {value}" for name, value in values.items())
 
 
-class _Formatter(argparse.HelpFormatter):
+class _Formatter(SpeakingHelpFormatter):
     """argparse's help, with its own word "usage:" in the language in use, and lines wrapped by
     the columns they take on screen (a Chinese character takes two, and a line may break between
     two of them; argparse counts characters and breaks only at spaces)."""
@@ -159,9 +161,9 @@ class _Formatter(argparse.HelpFormatter):
         return [*lines, line.rstrip()]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse speaking the language in use: its headings, -h and the frame of its errors
-    (the inner words of an argparse error, such as "invalid choice", stay argparse's)."""
+class _Parser(SpeakingArgumentParser):
+    """argparse speaking the language in use: its headings, -h, its errors (see
+    `gptlib.language.SpeakingArgumentParser`)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.update(add_help=False, allow_abbrev=False, formatter_class=_Formatter)
@@ -272,7 +274,10 @@ def _train_shape_arguments(t: argparse.ArgumentParser) -> None:
         "--dropout",
         type=_non_negative_float,
         default=None,
-        help=_("(default: the preset's; {presets})").format(presets=_by_preset("dropout")),
+        help=_(
+            "the share of activations zeroed at random while training, on the embeddings, the "
+            "attention weights and each sublayer's output (default: the preset's; {presets})"
+        ).format(presets=_by_preset("dropout")),
     )
     t.add_argument(
         "--attention",
@@ -317,8 +322,8 @@ def _train_schedule_arguments(t: argparse.ArgumentParser) -> None:
         "--seed",
         type=_seed,
         default=None,
-        help=_("0 to 2**63 - 1 (default: {seed}; with --resume, the run's saved random "
-               "state)").format(seed=d["seed"]),
+        help=_("the random seed, 0 to 2**63 - 1 (default: {seed}; with --resume, the run's "
+               "saved random state)").format(seed=d["seed"]),
     )  # fmt: skip
 
 
@@ -413,7 +418,9 @@ def _sample_parser(sub) -> None:
         help=_("text to continue; for a model of one document per line (names), every sample "
                "is a document that starts with it (default: none)"),
     )  # fmt: skip
-    s.add_argument("--seed", type=_seed, default=0, help=_("0 to 2**63 - 1 (default: 0)"))
+    s.add_argument(
+        "--seed", type=_seed, default=0, help=_("the random seed, 0 to 2**63 - 1 (default: 0)")
+    )
     s.add_argument("--device", default=None, help=_device_help())
 
 

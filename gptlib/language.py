@@ -11,6 +11,9 @@ Which language: `set_language("zh")` (a Chinese notebook says so in its first ce
 line takes `--lang zh` or, without it, the locale, read as gettext reads it (`$LANGUAGE`,
 `$LC_ALL`, `$LC_MESSAGES`, `$LANG`: `LANG=zh_CN.UTF-8` is Chinese). The library alone starts in
 English whatever the locale, so the English notebooks stay English on a Chinese system.
+The command line's parser is a `SpeakingArgumentParser`: argparse's own sentences (its usage, its
+errors) are in the catalogue too (`ARGPARSE_SENTENCES`), so `--lang zh` leaves no English of
+argparse's, and a line of Chinese help that ends in a colon ends in the full-width one.
 
 What a notebook itself prints or draws goes through `tr("...", name=value)`, the same lookup
 followed by the filling in of the values: the notebooks' code is the same in both editions and
@@ -24,10 +27,13 @@ has its Chinese again.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import datetime
 import gettext
 import io
 import os
+import re
 import sys
 import unicodedata
 from collections.abc import Mapping
@@ -35,8 +41,11 @@ from functools import cache
 from pathlib import Path
 
 __all__ = [
+    "ARGPARSE_SENTENCES",
     "LANGUAGES",
     "N_",
+    "SpeakingArgumentParser",
+    "SpeakingHelpFormatter",
     "_",
     "get_language",
     "language_from_locale",
@@ -202,6 +211,98 @@ def N_(message: str) -> str:
 
     Not taught in a notebook: how the exercises' tables of slips are translated."""
     return message
+
+
+# What argparse itself says to a reader, word for word as Python's argparse writes it (its own
+# `_()`: the frame of an error, the errors of parsing, the headings and -h), so that the
+# catalogue translates it; `SpeakingArgumentParser` asks the catalogue for these while it parses
+# or shows help in Chinese. What argparse says only to a programmer (a conflicting option, a
+# bad `add_argument`) stays its English. tests/test_cli_language.py compares this list with the
+# argparse that runs, so a Python whose argparse words a message differently is noticed.
+ARGPARSE_SENTENCES = (
+    N_("usage: "),
+    N_("positional arguments"),
+    N_("options"),
+    N_("show this help message and exit"),
+    N_("%(prog)s: error: %(message)s\n"),
+    N_("argument %(argument_name)s: %(message)s"),
+    N_("expected one argument"),
+    N_("expected at most one argument"),
+    N_("expected at least one argument"),
+    N_("expected %s argument"),
+    N_("expected %s arguments"),
+    N_("unrecognized arguments: %s"),
+    N_("the following arguments are required: %s"),
+    N_("one of the arguments %s is required"),
+    N_("not allowed with argument %s"),
+    N_("ignored explicit argument %r"),
+    N_("ambiguous option: %(option)s could match %(matches)s"),
+    N_("unexpected option string: %s"),
+    N_("invalid %(type)s value: %(value)r"),
+    N_("invalid choice: %(value)r (choose from %(choices)s)"),
+    N_("unknown parser %(parser_name)r (choices: %(choices)s)"),
+    N_("can't open '%(filename)s': %(error)s"),
+)
+
+
+def _argparse_gettext(message: str) -> str:
+    """argparse's `_`: its sentence from gptlib's catalogue, or what gettext would say."""
+    return _(message) if message in ARGPARSE_SENTENCES else gettext.gettext(message)
+
+
+def _argparse_ngettext(singular: str, plural: str, n: int) -> str:
+    """argparse's `ngettext`: one form per number, looked up as `_argparse_gettext` does."""
+    return _argparse_gettext(singular if n == 1 else plural)
+
+
+@contextlib.contextmanager
+def _argparse_speaking():
+    """Inside: argparse's own words come from the catalogue, when the language in use is not
+    English (in English argparse is left exactly as it is). Nested uses are harmless."""
+    if _language == "en":
+        yield
+        return
+    before = argparse._, argparse.ngettext
+    argparse._, argparse.ngettext = _argparse_gettext, _argparse_ngettext
+    try:
+        yield
+    finally:
+        argparse._, argparse.ngettext = before
+
+
+class SpeakingHelpFormatter(argparse.HelpFormatter):
+    """argparse's help in the language in use: its words from the catalogue, and a heading or
+    line of Chinese that ends in a colon ends in the full-width one (选项：, not 选项:).
+
+    Not taught in a notebook: how the command line's help reads in Chinese."""
+
+    def format_help(self) -> str:
+        with _argparse_speaking():
+            text = super().format_help()
+        return re.sub(r"(?m)(?<=[^\x00-\x7f]):$", "\uff1a", text)
+
+
+class SpeakingArgumentParser(argparse.ArgumentParser):
+    """argparse speaking the language in use: while it parses (its errors) and while it shows
+    its usage and help, argparse's own sentences come from the catalogue (ARGPARSE_SENTENCES).
+
+    Not taught in a notebook: the command line's parser (gptlib.cli) is one."""
+
+    def parse_args(self, args=None, namespace=None):
+        with _argparse_speaking():  # its "unrecognized arguments" is said here
+            return super().parse_args(args, namespace)
+
+    def parse_known_args(self, args=None, namespace=None):
+        with _argparse_speaking():
+            return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        with _argparse_speaking():
+            return super().format_usage()
+
+    def format_help(self) -> str:
+        with _argparse_speaking():
+            return super().format_help()
 
 
 def sentences() -> dict[str, list[str]]:

@@ -1,5 +1,6 @@
 """One term, one rendering, in the Chinese edition, on every surface a reader meets: the prose of
-every zh notebook (i18n/zh/*.md), ERRATA's (i18n/zh/ERRATA.md), README.zh-CN.md, GLOSSARY.md,
+every zh notebook (i18n/zh/*.md) and its code cells' comments (i18n/zh/comments/*.md), ERRATA's
+and the glossary's (i18n/zh/ERRATA.md, i18n/zh/GLOSSARY.md), README.zh-CN.md, GLOSSARY.md,
 gptlib's catalogue and the notebooks' catalogues, and, drawn or printed in Chinese, the model
 diagram and the figures' labels, a shape table, the checks and hints of the exercises and the
 command line's help and messages. Each uses the textbook's term where it has one (残差干线,
@@ -44,15 +45,6 @@ VARIANTS = [
 # A Block written as the English word inside Chinese text: 块 is the word (the diagram's 块 × L,
 # the command line's --n-layer 块数). The code's own names stay: `Block`, blocks.0, block_size,
 # w["blocks"], {block} in a template, "Transformer Block" (the textbook's section name).
-# ERRATA's Chinese source (i18n/zh/ERRATA.md) is being restructured on its own: its "block"s and
-# "验证 loss"es are written as 块 and 验证集 loss there. Until then these two are not asked of it.
-NOT_YET = {"ERRATA.md": {r"验证损失|验证 loss", "block"}}
-# Two headings GLOSSARY.md links to by their anchors keep their "block" until the glossary's
-# links are renamed with them (GLOSSARY.md is being restructured on its own as well).
-LINKED_HEADINGS = {
-    "02_qkv.md": "## 1. 注意力所在之处：block",
-    "07_mlp.md": "## 6. 每个 block 的 12d² 个权重中，MLP 占 8d²",
-}
 
 BLOCK = (r"(?<![\w`\"'.\[/{-])blocks?(?![\w`\"'\]}.-])", "块", "a Block of the model")
 
@@ -60,6 +52,7 @@ BLOCK = (r"(?<![\w`\"'.\[/{-])blocks?(?![\w`\"'\]}.-])", "块", "a Block of the 
 def FILES() -> list[Path]:  # noqa: N802  (read by the one-off script that applied the terms)
     return [
         *sorted((ROOT / "i18n" / "zh").glob("*.md")),
+        *sorted((ROOT / "i18n" / "zh" / "comments").glob("*.md")),
         ROOT / "README.zh-CN.md",
         ROOT / "GLOSSARY.md",
         ROOT / "gptlib" / "locale" / "zh_CN" / "LC_MESSAGES" / "gptlib.po",
@@ -77,10 +70,14 @@ def refused(text: str, variants=VARIANTS) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", FILES(), ids=lambda p: p.name)
+def _id(path: Path) -> str:
+    """A file's name, its folder's too where two files share a name (comments/02_qkv.md)."""
+    return str(path.relative_to(ROOT / "i18n" / "zh")) if "i18n" in path.parts else path.name
+
+
+@pytest.mark.parametrize("path", FILES(), ids=_id)
 def test_no_refused_variant(path):
-    variants = [v for v in VARIANTS if v[0] not in NOT_YET.get(path.name, ())]
-    found = refused(path.read_text(encoding="utf-8"), variants)
+    found = refused(path.read_text(encoding="utf-8"))
     assert not found, "\n".join(found[:20])
 
 
@@ -199,30 +196,75 @@ def test_each_variant_is_caught():
 
 # Variants refused in the prose only (code spans, code blocks, links and comments keep the code's
 # own words): `labels` is code, 标签 is the word; block_size is written as the code writes it.
+LABELS = (r"(?<![\w`])labels?(?![\w`])", "`labels` (the code) or 标签 (the word)", "labels")
 PROSE_VARIANTS = [
-    (r"(?<![\w`])labels?(?![\w`])", "`labels` (the code) or 标签 (the word)", "labels"),
+    LABELS,
     (r"block size", "block_size（最大窗口）", "the textbook's block_size"),
     (r"\bTransformer block\b", "Transformer Block", "the textbook's section name"),
+    (r"(?<![\w/.-])notebooks?(?![\w/.-])", "笔记本", "notebook is 笔记本"),
     BLOCK,
 ]
 NOT_PROSE = re.compile(r"```.*?```|`[^`]*`|\]\([^)]*\)|<!--.*?-->|\$[^$]*\$|<[^>]+>", re.S)
+# The columns of the glossary's tables written in English (the English term, the links into the
+# English edition with their English headings): English text, where "block" is the word.
+ENGLISH_COLUMNS = ("English", "English edition")
 
 
 def PROSE_FILES() -> list[Path]:  # noqa: N802
-    return [*sorted((ROOT / "i18n" / "zh").glob("*.md")), ROOT / "README.zh-CN.md"]
+    return [
+        *sorted((ROOT / "i18n" / "zh").glob("*.md")),
+        *sorted((ROOT / "i18n" / "zh" / "comments").glob("*.md")),
+        ROOT / "README.zh-CN.md",
+    ]
 
 
-@pytest.mark.parametrize("path", PROSE_FILES(), ids=lambda p: p.name)
-def test_no_refused_variant_in_the_prose(path):
-    text = path.read_text(encoding="utf-8")
-    if path.name in LINKED_HEADINGS:
-        assert LINKED_HEADINGS[path.name] in text.splitlines(), "the heading was renamed"
-        text = text.replace(LINKED_HEADINGS[path.name], "")
-    prose = NOT_PROSE.sub(" ", text)
-    found = [
+def _without_english_columns(text: str) -> str:
+    """`text` with the cells of its tables' English columns blanked."""
+    lines, english = text.split("\n"), set()
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            english = set()
+            continue
+        cells = line.strip().strip("|").split("|")
+        if i + 1 < len(lines) and re.fullmatch(r"\|(\s*:?-{3,}:?\s*\|)+", lines[i + 1].strip()):
+            english = {j for j, c in enumerate(cells) if c.strip() in ENGLISH_COLUMNS}
+        lines[i] = "|".join(" " if j in english else c for j, c in enumerate(cells))
+    return "\n".join(lines)
+
+
+def prose_refused(path: Path, text: str) -> list[str]:
+    """Each variant refused in the Chinese prose of `text` (read from `path`). A code cell's
+    comments name the code's variables as the code does (labels), and the glossary's English
+    columns are English."""
+    if path.parent.name == "comments":
+        variants = [v for v in PROSE_VARIANTS if v is not LABELS]
+    else:
+        variants = PROSE_VARIANTS
+    prose = NOT_PROSE.sub(" ", _without_english_columns(text))
+    return [
         f"{m.group()!r}, write {preferred} ({why})"
-        for pattern, preferred, why in PROSE_VARIANTS
-        if why != BLOCK[2] or "block" not in NOT_YET.get(path.name, ())
+        for pattern, preferred, why in variants
         for m in re.finditer(pattern, prose)
     ]
+
+
+@pytest.mark.parametrize("path", PROSE_FILES(), ids=_id)
+def test_no_refused_variant_in_the_prose(path):
+    found = prose_refused(path, path.read_text(encoding="utf-8"))
     assert not found, "\n".join(found[:20])
+
+
+def test_the_prose_scan_reads_chinese_cells_and_comments_but_not_english_ones():
+    """A "block" in a Chinese cell of the glossary or in a code cell's comment is caught; the
+    English columns and a comment naming the code's labels are left alone."""
+    table = (
+        "| 中文 | English | 含义 | 中文版 | English edition |\n| --- | --- | --- | --- | --- |\n"
+        "| {zh} | Transformer block | 一个注意力子层 | [02](notebooks/zh/02_qkv.ipynb#a) "
+        "| [02 · 1. Where attention sits: the block](notebooks/02_qkv.ipynb#b) |\n"
+    )
+    glossary = ROOT / "i18n" / "zh" / "GLOSSARY.md"
+    assert prose_refused(glossary, table.format(zh="块 (Transformer Block)")) == []
+    assert len(prose_refused(glossary, table.format(zh="block (Transformer Block)"))) == 1
+    comments = ROOT / "i18n" / "zh" / "comments" / "09_loss.md"
+    assert prose_refused(comments, "# 被打分的 labels\n") == []
+    assert len(prose_refused(comments, "# 只有一个 block 的配置，整个 notebook\n")) == 2

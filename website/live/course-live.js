@@ -324,10 +324,10 @@
     return el("figure", { class: "course-live-map" }, svg, el("figcaption", {}, title));
   }
 
-  function drawBars(p, symbols, highlight) {
+  function drawBars(p, symbols, highlight, label) {
     const V = p.length, bar = 14, height = 90, top = Math.max(...p);
     const width = V * bar;
-    const svg = el("svg:svg", { viewBox: `0 0 ${width} ${height + 16}`, class: "course-live-bars", role: "img" });
+    const svg = el("svg:svg", { viewBox: `0 0 ${width} ${height + 16}`, class: "course-live-bars", role: "img", "aria-label": label });
     p.forEach((v, i) => {
       const h = top > 0 ? (v / top) * (height - 12) : 0;
       const rect = el("svg:rect", { x: i * bar + 1, y: height - h, width: bar - 2, height: h, class: i === highlight ? "course-live-argmax" : "course-live-bar" });
@@ -439,7 +439,7 @@
       const p = nextProbs(last, temp, k);
       const best = p.indexOf(Math.max(...p));
       probsTitle.textContent = fill(t.probs, { context: `'${state.tokens.join("")}'`, mode });
-      bars.replaceChildren(drawBars(p, symbols, best));
+      bars.replaceChildren(drawBars(p, symbols, best, probsTitle.textContent));
       const order = p.map((v, i) => [v, i]).sort((a, b) => b[0] - a[0]).slice(0, 5).filter(([v]) => v > 0);
       likely.textContent = t.likely + " " + order.map(([v, i]) => fill(t.bar, { symbol: `'${symbols[i]}'`, p: v.toFixed(3) })).join(" · ");
       const prefix = name.value.replace(/^\.+/, "");

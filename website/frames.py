@@ -145,10 +145,10 @@ def heads(keys=None) -> list[Slider]:
             ],
             {},
             {
-                "en": f"for the textbook preset, every layer and head for the context {context}: "
-                f"{len(layers) * len(heads_)} pictures",
-                "zh": f"textbook 预设的每一层的每一个头（上下文为 {context}），"
-                f"共 {len(layers) * len(heads_)} 张图",
+                "en": f"for the textbook preset (too large to run in the page), every layer and "
+                f"head for the context {context}: {len(layers) * len(heads_)} pictures",
+                "zh": f"textbook 预设（太大，无法在网页中运行）的每一层的每一个头（上下文为 "
+                f"{context}），共 {len(layers) * len(heads_)} 张图",
             },
             heading=w.children[4].value,
         )

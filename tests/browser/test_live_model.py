@@ -200,6 +200,7 @@ def test_from_disk_typing_and_the_temperature_redraw(site, browser):
         panel = _open(tab, (site["out"] / "zh" / "08_logits.html").as_uri())
         assert tab.evaluate("() => location.protocol") == "file:"
         assert "温度" in panel.inner_text() and "头数" in panel.inner_text()
+        assert "textbook" in panel.locator(".course-live-below").inner_text()  # what follows
         first = panel.evaluate(STATE)
         assert first["ids"] == [26] and len(first["samples"]) == 10  # the call: ".", 10 names
         labels = panel.locator(".course-live-map").first.locator("text")

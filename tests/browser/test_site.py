@@ -365,9 +365,11 @@ def test_the_site_is_whole(site):
 
 
 def test_the_slider_frames_stay_small(site):
-    """Every slider's frames, notebook 08's temperatures crossed with its top-k values
-    (frames.TOP_KS) included, in a few MiB per edition."""
-    temperatures = 21  # 0 to 2 in steps of 0.1
-    each = 10 * 2 + 5 + 4 * 4 + temperatures * len(frames.TOP_KS)
+    """The frames of the sliders that need the notebook's run (03's d_k with and without the
+    scale, 04's textbook-preset layers and heads), in about a MiB per edition; the live
+    microgpt's weights, script and style in a few hundred KB for both."""
+    each = 10 * 2 + 4 * 4
     assert site["frames"] == len(EDITIONS) * each, site  # each edition's, in its language
-    assert site["frame_bytes"] < 16 * 2**20, site
+    assert site["frame_bytes"] < 4 * 2**20, site
+    live = sum(p.stat().st_size for p in (site["out"] / "live").iterdir())
+    assert live < 300_000, live

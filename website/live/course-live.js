@@ -28,6 +28,10 @@
       draw: "Draw fresh names",
       cell: "{query} looks at {key}: {w}",
       bar: "{symbol}: {p}",
+      below: {
+        heads_explorer: "Below it: the textbook preset's maps, pictures drawn when this site was built (that model is too large to send to the page).",
+        temperature_explorer: "Below it: the picture the notebook's own slider drew, for the textbook preset (too large to send to the page).",
+      },
     },
     zh: {
       title: "在本页实时运行：训练好的 microgpt",
@@ -49,6 +53,10 @@
       draw: "重新抽取名字",
       cell: "{query} 查看 {key}：{w}",
       bar: "{symbol}：{p}",
+      below: {
+        heads_explorer: "下面是 textbook 预设的注意力图：构建本网站时画好的图片（这个模型太大，无法发送到网页中）。",
+        temperature_explorer: "下面是笔记本自己的滑块为 textbook 预设画出的图（这个模型太大，无法发送到网页中）。",
+      },
     },
   };
   const SVG = "http://www.w3.org/2000/svg";
@@ -375,6 +383,8 @@
         control(t.temperature, temperature, "temperature"), control(t.topk, topK, "topk")),
       caption, maps, probsTitle, bars, likely,
       el("div", { class: "course-live-samples" }, samplesTitle, names, draw));
+    const below = t.below[root.dataset.widget];
+    if (below) root.append(el("p", { class: "course-live-below" }, below));
 
     const state = { lang };
     root.courseLive = state;

@@ -114,7 +114,7 @@ def _max_diff(got, expected: torch.Tensor) -> float:
 def _shot(tab, panel, name: str) -> None:
     folder = ARTIFACTS / "live-model"
     folder.mkdir(parents=True, exist_ok=True)
-    panel.evaluate("el => el.scrollIntoView({block: 'start'})")
+    panel.evaluate("el => el.scrollIntoView({block: 'start', inline: 'nearest'})")
     tab.screenshot(path=str(folder / f"{name}.png"))
 
 
@@ -158,7 +158,14 @@ def test_the_page_computes_what_gptlib_computes(site, browser):
         assert panel.locator(".course-live-draw").is_disabled()
         _set(panel, "emma", 4, 1.0, 0)
         _shot(tab, panel, "desktop-en-04")
-        tab.set_viewport_size({"width": 390, "height": 844})
+        assert not tab.problems, tab.problems
+    finally:
+        context.close()
+    context, tab = _tab(browser, 390, 844)
+    try:
+        panel = _open(tab, f"{site['url']}/en/04_multi_head.html")
+        panel.locator(".course-live-heads").fill(str(HEADS.index(16)))
+        assert panel.locator(".course-live-map").count() == 16
         width = tab.evaluate("() => document.documentElement.scrollWidth")
         assert width <= 390, f"the page is {width} px wide on a 390 px phone"
         _shot(tab, panel, "phone-en-04")

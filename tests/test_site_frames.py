@@ -1,12 +1,19 @@
-"""website/frames.py without a browser or a drawing: the page's markup for a slider's frames."""
+"""website/frames.py without a browser or a drawing: the page's markup for a slider's frames; and
+website/live without a browser: the exported weights and the cells that get the live panel."""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
 
-from website import frames
+import numpy as np
+import pytest
+import torch
+
+from gptlib.checkpoint import load_asset
+from website import frames, live
 
 
 def _slider() -> frames.Slider:
@@ -48,12 +55,12 @@ def test_write_names_each_picture_by_its_slider_and_values(tmp_path):
     assert slider.files[(2, 1)] == ["scale-2-1-0.png"]
 
 
-def test_every_slider_widget_has_a_drawing():
-    assert set(frames.DRAW) == {
-        "attention_scale_explorer",
-        "heads_explorer",
-        "temperature_explorer",
-    }
+def test_every_slider_widget_has_a_drawing_or_the_live_model():
+    """The sliders that need the notebook's run are drawn; notebook 08's temperature slider is
+    the live microgpt's (with the picture the notebook stored); 04's heads have both: its
+    microgpt maps live, the textbook preset's drawn."""
+    assert set(frames.DRAW) == {"attention_scale_explorer", "heads_explorer"}
+    assert set(live.LIVE) == {"heads_explorer", "temperature_explorer"}
 
 
 def test_two_ranges_each_have_their_labels_and_readout():
@@ -75,17 +82,6 @@ def test_two_ranges_each_have_their_labels_and_readout():
     assert len(json.loads(data)) == 12 and json.loads(data)["1-3"]["text"] == "1 3"
 
 
-def test_the_temperature_explorer_offers_the_top_ks_it_names():
-    assert frames.TOP_KS[0] == 0 and frames.TOP_KS == sorted(set(frames.TOP_KS))
-
-
-def test_shares_split_a_sliders_keys_by_their_last_index():
-    keys = [(t, k) for t in range(3) for k in range(4)]
-    shares = [frames.Share(i, 2) for i in range(2)]
-    assert [k for k in keys if k in shares[0]] == [(t, k) for t in range(3) for k in (0, 2)]
-    assert sorted(k for s in shares for k in keys if k in s) == keys
-
-
 def test_errata_links_become_plain_names_on_the_site():
     """ERRATA.md is not a page of the site: a notebook's link to it keeps its words, loses its
     target (which would be a dead link there); links between notebooks are kept."""
@@ -103,3 +99,52 @@ def test_errata_links_become_plain_names_on_the_site():
     text = "".join(cell["source"])
     assert "ERRATA.md" not in text and "see ERRATA 22, ERRATA 2 and" in text
     assert "[notebook 04](04_multi_head.ipynb)" in text
+
+
+def test_the_exported_weights_are_the_checkpoints_own(tmp_path):
+    """Every microgpt of the heads slider, every parameter bit for bit, in a script that sets a
+    global (no fetch: the page works from disk), small enough to send with a page."""
+    size = live.write(tmp_path)
+    script = (tmp_path / live.WEIGHTS).read_text(encoding="utf-8")
+    assert size < 200_000 and len(script) < 150_000, size
+    prefix = f"window.{live.GLOBAL} = "
+    body = script.split(prefix, 1)[1].rstrip().removesuffix(";")
+    data = json.loads(body)
+    assert [m["config"]["n_head"] for m in data["models"]] == live.HEAD_COUNTS
+    assert data["start"] in live.HEAD_COUNTS
+    for entry, count in zip(data["models"], live.HEAD_COUNTS, strict=True):
+        ckpt = load_asset(f"names-microgpt-h{count}.pt")
+        assert data["symbols"] == ckpt.tokenizer.itos and data["bos"] == ckpt.tokenizer.bos_id
+        assert entry["parameters"] == ckpt.model.num_parameters() == 4112
+        numbers = np.frombuffer(base64.b64decode(entry["data"]), dtype="<f4")
+        assert numbers.size == 4112
+        at = 0
+        for (name, shape), (pname, p) in zip(
+            entry["tensors"], ckpt.model.named_parameters(), strict=True
+        ):
+            assert name == pname and shape == list(p.shape)
+            got = torch.from_numpy(numbers[at : at + p.numel()].copy()).view(p.shape)
+            assert torch.equal(got, p.detach()), name
+            at += p.numel()
+    for name in live.FILES:
+        assert (tmp_path / name).read_bytes() == (live.HERE / name).read_bytes()
+
+
+def test_the_live_panel_starts_where_the_notebooks_widget_does():
+    heads = 'explorer = widgets.heads_explorer(\n    {1: "a"},\n    context="olivia",\n)'
+    (out,) = live.outputs(heads)
+    page = out["data"]["text/html"]
+    assert 'data-widget="heads_explorer"' in page and 'data-context="olivia"' in page
+    assert page.index(live.WEIGHTS) < page.index("course-live.js")  # weights first
+    temperature = "# NBVAL_IGNORE_OUTPUT\nw = widgets.temperature_explorer(m, tok, num_samples=3)"
+    page = live.outputs(temperature)[0]["data"]["text/html"]
+    assert 'data-context="."' in page and 'data-samples="3"' in page and 'data-seed="0"' in page
+    assert (
+        live.outputs("print(1)") == [] and live.outputs("widgets.attention_scale_explorer()") == []
+    )
+
+
+@pytest.mark.parametrize("context", ['"><script>', "a&b"])
+def test_the_live_panels_context_is_escaped(context):
+    page = live.panel_html("heads_explorer", f"widgets.heads_explorer({{}}, context={context!r})")
+    assert '<script>"' not in page and html.escape(context, quote=True) in page

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from i18n.build import load, source
-from website import frames
+from website import frames, live
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -203,7 +203,7 @@ def prepare(nb: dict, name: str, lang: str, targets: dict[str, dict[str, str]]) 
                 }
             )
         if "outputs" in cell:
-            cell["outputs"] = outputs
+            cell["outputs"] = live.outputs(source(cell)) + outputs  # the live microgpt first
     run = {
         "cell_type": "markdown",
         "id": "course-run-note",
@@ -350,6 +350,7 @@ def build(out: Path = SITE, quiet: bool = True) -> dict:
             pages += 1  # the edition's index.html
     shutil.rmtree(out / "jupyter_execute", ignore_errors=True)  # myst-nb's scratch folder
     (out / "index.html").write_text(_index(chs), encoding="utf-8")
+    live.write(out / "live")  # the weights and script of the live microgpt, for both editions
     (out / ".nojekyll").write_text("", encoding="utf-8")
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return {

@@ -1,10 +1,13 @@
 """The course's sliders on the website: what each widget shows at each value, drawn at build time.
 
-A slider needs a running kernel and the site has none. So each widget of gptlib.widgets is built
-here exactly as its notebook builds it, its controls are set to every value they offer (notebook
-08's top-k to those of TOP_KS only), one after another (setting `.value` redraws as dragging
-does), and what the widget then shows is kept as a frame: its pictures as PNG, the bytes
-JupyterLab shows, and its text. A page gets the frames of its sliders as HTML (`slider_html`) and
+A slider needs a running kernel and the site has none. Where the course's trained microgpt is
+the model a slider moves (notebook 04's heads, notebook 08's temperature), the page runs that
+model itself (website/live). The sliders left need the notebook's run: notebook 03's d_k and
+scale (torch's random vectors) and notebook 04's layer and head of the `textbook` preset (a
+model too large to send to the page). Each of their widgets is built here exactly as its
+notebook builds it, its controls are set to every value they offer, one after another (setting
+`.value` redraws as dragging does), and what the widget then shows is kept as a frame: its
+pictures as PNG, the bytes JupyterLab shows, and its text. A page gets the frames of its sliders as HTML (`slider_html`) and
 website/static/course-sliders.js swaps them as the reader moves the page's own range inputs and
 checkboxes. The same inputs give the same frames: the widgets seed their randomness, nothing here
 does any of its own.
@@ -22,13 +25,11 @@ from itertools import product
 from pathlib import Path
 
 from gptlib import widgets
-from gptlib.checkpoint import asset_path, load_asset
+from gptlib.checkpoint import asset_path
 from gptlib.language import set_language
 
 LANGS = ("en", "zh")  # each edition's frames, drawn in its own language
 HEAD_COUNTS = [1, 2, 4, 8, 16]  # notebook 04's head_counts
-TOP_KS = [0, 3, 5, 10]  # the top-k values the site offers for notebook 08 (0 = off)
-TEMPERATURE_EVERY = 2  # of the widget's temperatures (steps of 0.05), the site offers every 2nd
 
 
 @dataclass
@@ -125,34 +126,17 @@ def attention_scale(keys=None) -> list[Slider]:
 
 
 def heads(keys=None) -> list[Slider]:
-    """Notebook 04's heads_explorer for its context 'emma': every head count, and every layer and
-    head of the textbook preset."""
+    """Notebook 04's heads_explorer for its context 'emma': every layer and head of the textbook
+    preset. (Its microgpt maps, one per head count, run live in the page: website/live.)"""
     with _recording() as shown:
         w = widgets.heads_explorer(
             {c: asset_path(f"names-microgpt-h{c}.pt") for c in HEAD_COUNTS},
             context="emma",
             textbook_checkpoint=asset_path("names-textbook.pt"),
         )
-        counts = [v for _, v in w.heads.options]
-        context = html.escape(repr(w.context.value))
-        maps = Slider(
-            "heads",
-            [Control(w.heads.description, [str(c) for c in counts], counts.index(w.heads.value))],
-            {},
-            {
-                "en": f"every head count it offers ({', '.join(map(str, counts))}), for the "
-                f"context {context}",
-                "zh": f"它提供的每个头数（{'、'.join(map(str, counts))}），上下文为 {context}",
-            },
-            legend=w.children[3].value,
-        )
-
-        def read_maps() -> Frame:
-            return Frame([bytes(image.value) for image in w.map_images], caption=w.caption.value)
-
-        _visit([(w.heads, counts)], maps, read_maps, keys)
         layers = list(range(w.layer.min, w.layer.max + 1))
         heads_ = list(range(w.head.min, w.head.max + 1))
+        context = html.escape(repr(w.context.value))
         textbook = Slider(
             "textbook",
             [
@@ -161,60 +145,23 @@ def heads(keys=None) -> list[Slider]:
             ],
             {},
             {
-                "en": f"for the textbook preset, every layer and head: "
-                f"{len(layers) * len(heads_)} pictures",
-                "zh": f"textbook 预设的每一层的每一个头，共 {len(layers) * len(heads_)} 张图",
+                "en": f"for the textbook preset (too large to run in the page), every layer and "
+                f"head for the context {context}: {len(layers) * len(heads_)} pictures",
+                "zh": f"textbook 预设（太大，无法在网页中运行）的每一层的每一个头（上下文为 "
+                f"{context}），共 {len(layers) * len(heads_)} 张图",
             },
             heading=w.children[4].value,
         )
         read = lambda: _frame(shown[id(w.textbook_output)])  # noqa: E731
         _visit([(w.layer, layers), (w.head, heads_)], textbook, read, keys)
-    return [maps, textbook]
-
-
-def temperature(keys=None) -> list[Slider]:
-    """Notebook 08's temperature_explorer on the textbook preset: every TEMPERATURE_EVERY-th
-    temperature it offers, each with the top-k values of TOP_KS."""
-    big = load_asset("names-textbook.pt")
-    with _recording() as shown:
-        w = widgets.temperature_explorer(
-            big.model, big.tokenizer, context=".", num_samples=10, seed=0
-        )
-        t, k = w.temperature, w.top_k
-        step = TEMPERATURE_EVERY * t.step
-        values = [round(t.min + i * step, 2) for i in range(round((t.max - t.min) / step) + 1)]
-        top_ks = [v for v in TOP_KS if k.min <= v <= k.max]
-        n = len(values) * len(top_ks)
-        shown_ks = ", ".join(map(str, top_ks[1:]))
-        slider = Slider(
-            "temperature",
-            [
-                Control(t.description, [f"{v:.2f}" for v in values], values.index(t.value)),
-                Control(k.description, [str(v) for v in top_ks], top_ks.index(k.value)),
-            ],
-            {},
-            {
-                "en": f"{len(values)} temperatures, {values[0]:g} to {values[-1]:g} in steps "
-                f"of {step:g} (the widget's own step is {t.step:g}), each with top-k 0 (off: "
-                f"every token) and {shown_ks} (the widget offers 0 to {k.max}): {n} pictures",
-                "zh": f"{len(values)} 个温度（{values[0]:g} 到 {values[-1]:g}，步长 {step:g}；"
-                f"部件本身的步长是 {t.step:g}），每个温度配 top-k 0（关闭：保留全部 token）和 "
-                f"{'、'.join(map(str, top_ks[1:]))}（部件提供 0 到 {k.max}），共 {n} 张图",
-            },
-        )
-
-        def read() -> Frame:
-            plot = _frame(shown[id(w.plot_output)])
-            return Frame(plot.pictures, "\n".join(shown[id(w.samples_output)]))
-
-        _visit([(t, values), (k, top_ks)], slider, read, keys)
-    return [slider]
+    return [textbook]
 
 
 # The widget a notebook's cell calls -> what draws the sliders the page shows for it (the
-# longest first: they are drawn side by side, see draw).
+# longest first: they are drawn side by side, see start). Notebook 08's temperature_explorer is
+# not here: its model, the textbook preset, is shown by the picture the notebook stored, and the
+# page's live microgpt moves the temperature (website/live).
 DRAW = {
-    "temperature_explorer": temperature,
     "heads_explorer": heads,
     "attention_scale_explorer": attention_scale,
 }
@@ -237,47 +184,25 @@ def draw_one(name: str, keys=None, lang: str = "en") -> list[Slider]:
         torch.set_num_threads(threads)
 
 
-# The widgets whose frames are drawn in shares, each in its own process: name -> how many.
-SHARES = {"temperature_explorer": 2}
-
-
-@dataclass(frozen=True)
-class Share:
-    """The keys (tuples of control indexes) whose last index is `part` modulo `parts`: one share
-    of a slider's frames, for draw_one's `keys`."""
-
-    part: int
-    parts: int
-
-    def __contains__(self, key: tuple[int, ...]) -> bool:
-        return key[-1] % self.parts == self.part
-
-
-def start(workers: int = 2) -> tuple[ProcessPoolExecutor, dict[tuple[str, str], list[Future]]]:
+def start(workers: int = 2) -> tuple[ProcessPoolExecutor, dict[tuple[str, str], Future]]:
     """Start drawing every slider's frames, for each edition, in `workers` fresh processes; see
     collect()."""
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-    jobs = {}
-    for lang in LANGS:
-        for name in DRAW:
-            n = SHARES.get(name, 1)
-            keys = [Share(i, n) for i in range(n)] if n > 1 else [None]
-            jobs[lang, name] = [pool.submit(draw_one, name, k, lang) for k in keys]
+    jobs = {
+        (lang, name): pool.submit(draw_one, name, None, lang) for lang in LANGS for name in DRAW
+    }
     return pool, jobs
 
 
 def collect(
-    started: tuple[ProcessPoolExecutor, dict[tuple[str, str], list[Future]]],
+    started: tuple[ProcessPoolExecutor, dict[tuple[str, str], Future]],
 ) -> dict[str, dict[str, list[Slider]]]:
     """Each edition's sliders, by the widget that draws them: {lang: {widget: [Slider]}}."""
     pool, jobs = started
     with pool:
         done: dict[str, dict[str, list[Slider]]] = {lang: {} for lang in LANGS}
-        for (lang, name), shares in jobs.items():
-            group, *rest = [job.result() for job in shares]
-            for other in rest:
-                for slider, more in zip(group, other, strict=True):
-                    slider.frames.update(more.frames)
+        for (lang, name), job in jobs.items():
+            group = job.result()
             for slider in group:
                 slider.frames = dict(sorted(slider.frames.items()))
             done[lang][name] = group

@@ -13,6 +13,8 @@ test left it) and `console.log` there.
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import re
@@ -22,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -195,6 +198,31 @@ def lab(tmp_path_factory) -> Lab:
         yield Lab(url=url, root=root, log=log, yours=Path(env["GPTLIB_YOURS"]))
     finally:
         _stop(url, process)
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # the tests report failures themselves
+        pass
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory):
+    """The course's website (`make site`), built once per test process into a temporary folder
+    and served on 127.0.0.1: {"url", "out", "chapters", and what website.build.build returns}."""
+    from website.build import build, chapters
+
+    out = tmp_path_factory.mktemp("site") / "_site"
+    done = build(out)
+    done["chapters"] = {c["stem"]: c for c in chapters()}  # as built: notebooks may change later
+    handler = functools.partial(_Quiet, directory=str(out))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "out": out, **done}
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture(scope="session")

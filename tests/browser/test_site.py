@@ -7,11 +7,12 @@ editions loads with none of those, declares its language (zh-CN for the Chinese 
 every picture loaded, its formulas typeset, a language link to its twin, previous/next with the
 neighbouring chapters' titles, copy buttons on its code, and a download of its notebook that resolves to the notebook
 itself; search finds the attention chapters for "attention" in English and 注意力 in Chinese; on
-a 390 px phone a chapter of each edition does not overflow the page sideways. Every slider of the
-course moves on the site, in both editions, by keyboard and mouse: each move shows another
+a 390 px phone a chapter of each edition does not overflow the page sideways. Every slider the
+site draws as pictures moves, in both editions, by keyboard and mouse: each move shows another
 picture, and the picture shown is byte for byte what website/frames.py draws for that value in
 this process and what the notebook's own widget draws there (its update path driven in-process,
-with matplotlib's Agg backend); where the page starts is the picture stored in the notebook.
+with matplotlib's Agg backend); where the page starts is the picture stored in the notebook. (The
+sliders the live microgpt moves are tested in test_live_model.py.)
 Screenshots go to test-artifacts/browser/site/.
 """
 
@@ -19,9 +20,7 @@ from __future__ import annotations
 
 import base64
 import functools
-import http.server
 import json
-import threading
 from urllib.parse import urlparse
 
 import pytest
@@ -34,34 +33,11 @@ from website.build import (
     WIDGET_STATE,
     WIDGET_VIEW,
     _widget_outputs,
-    build,
-    chapters,
     title,
 )
 
 STEMS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 LANGS = {"en": "en", "zh": "zh-CN"}
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # the test reports failures itself
-        pass
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site") / "_site"
-    done = build(out)
-    done["chapters"] = {c["stem"]: c for c in chapters()}  # as built: notebooks may change later
-    handler = functools.partial(_Quiet, directory=str(out))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "out": out, **done}
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _tab(browser, width: int, height: int):
@@ -248,22 +224,17 @@ def test_a_slider_has_its_note(site, desktop):
 
 @functools.cache
 def _widget(name: str, lang: str):
-    """The notebook's widget, built as its notebook builds it (03, 04, 08), in `lang` (the caller
-    has set it)."""
+    """The notebook's widget, built as its notebook builds it (03, 04), in `lang` (the caller has
+    set it)."""
     from gptlib import widgets
-    from gptlib.checkpoint import asset_path, load_asset
+    from gptlib.checkpoint import asset_path
 
     if name == "attention_scale_explorer":
         return widgets.attention_scale_explorer(seed=0)
-    if name == "heads_explorer":
-        return widgets.heads_explorer(
-            {c: asset_path(f"names-microgpt-h{c}.pt") for c in [1, 2, 4, 8, 16]},
-            context="emma",
-            textbook_checkpoint=asset_path("names-textbook.pt"),
-        )
-    big = load_asset("names-textbook.pt")
-    return widgets.temperature_explorer(
-        big.model, big.tokenizer, context=".", num_samples=10, seed=0
+    return widgets.heads_explorer(
+        {c: asset_path(f"names-microgpt-h{c}.pt") for c in [1, 2, 4, 8, 16]},
+        context="emma",
+        textbook_checkpoint=asset_path("names-textbook.pt"),
     )
 
 
@@ -285,15 +256,8 @@ def _draw(w, slider: str, key: tuple[int, ...], labels: list[list[str]]) -> tupl
         w.d_k.value = list(w.d_k.options)[key[0]]
         w.scaled.value = bool(key[1])
         return [frames.inline_png(w.figure)], ""
-    if slider == "heads":
-        w.heads.value = [v for _, v in w.heads.options][key[0]]
-        return [bytes(image.value) for image in w.map_images], ""
-    if slider == "textbook":
-        w.layer.value, w.head.value = key
-        return [frames.inline_png(w.textbook_figure)], ""
-    w.temperature.value = float(labels[0][key[0]])  # as the page names them: "1.00", "5"
-    w.top_k.value = int(labels[1][key[1]])
-    return [frames.inline_png(w.figure)], w.samples_text
+    w.layer.value, w.head.value = key  # the textbook preset's maps
+    return [frames.inline_png(w.textbook_figure)], ""
 
 
 def _stored(stem: str, name: str, lang: str) -> list[bytes]:
@@ -319,14 +283,7 @@ MOVES = [
         "scale",
         [(0, "Home", (0, 1)), (1, "click", (0, 0)), (0, "End", (9, 0))],
     ),
-    ("04", "heads_explorer", "heads", [(0, "End", (4,)), (0, "Home", (0,))]),
     ("04", "heads_explorer", "textbook", [(0, "End", (3, 0)), (1, "ArrowRight", (3, 1))]),
-    (
-        "08",
-        "temperature_explorer",
-        "temperature",
-        [(0, "Home", (0, 0)), (0, "click", None), (1, "End", 3), (1, "click", 2)],
-    ),
 ]
 
 
@@ -359,8 +316,7 @@ def test_each_slider_moves_and_shows_what_its_widget_draws(
         )
 
     _, pictures, _ = shown()
-    if slider != "heads":  # the notebook stores the pictures of Output widgets, not the maps
-        assert pictures == _stored(stem, name, lang), "the start is not the notebook's picture"
+    assert pictures == _stored(stem, name, lang), "the start is not the notebook's picture"
     before, seen = pictures, {}
     for control, press, expected in moves:
         field = inputs.nth(control)
@@ -409,9 +365,11 @@ def test_the_site_is_whole(site):
 
 
 def test_the_slider_frames_stay_small(site):
-    """Every slider's frames, notebook 08's temperatures crossed with its top-k values
-    (frames.TOP_KS) included, in a few MiB per edition."""
-    temperatures = 21  # 0 to 2 in steps of 0.1
-    each = 10 * 2 + 5 + 4 * 4 + temperatures * len(frames.TOP_KS)
+    """The frames of the sliders that need the notebook's run (03's d_k with and without the
+    scale, 04's textbook-preset layers and heads), in about a MiB per edition; the live
+    microgpt's weights, script and style in a few hundred KB for both."""
+    each = 10 * 2 + 4 * 4
     assert site["frames"] == len(EDITIONS) * each, site  # each edition's, in its language
-    assert site["frame_bytes"] < 16 * 2**20, site
+    assert site["frame_bytes"] < 4 * 2**20, site
+    live = sum(p.stat().st_size for p in (site["out"] / "live").iterdir())
+    assert live < 300_000, live

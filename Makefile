@@ -15,7 +15,7 @@ ZH_NBVAL_ORDER := $(foreach n,$(SLOWEST),$(wildcard notebooks/zh/$(n)_*.ipynb)) 
 # processes on a 2-core machine run several times slower than two 1-thread ones.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 
-.PHONY: install lab test lint unit nbval nbval-native browser notebooks zh site assets figures screenshots benchmark clean
+.PHONY: install lab test check lint unit nbval nbval-native browser notebooks zh site assets figures screenshots benchmark clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -68,6 +68,9 @@ browser: install
 	$(ONE_THREAD) $(PY) -m pytest -q -n 2 --dist loadfile tests/browser --durations=0
 
 test: lint unit nbval nbval-native browser
+
+# The fast tier, while working on the library: lint and the unit tests, no notebooks, no browser.
+check: lint unit
 
 # Re-execute every notebook in place, in the pinned environment, one thread, the portable
 # arithmetic, no timing metadata: the English edition, then the Chinese one (built from it, then

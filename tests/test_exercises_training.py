@@ -29,7 +29,8 @@ def test_each_loop_slip_is_named_by_its_row(i):
     "switches, meaning",
     [
         ({"order": "bcs"}, "without zero_grad the gradients add up"),  # zero_grad missing
-        ({"order": "bzcs"}, "zero_grad came between loss.backward() and the step"),  # misplaced
+        ({"order": "bzcs"}, "no loss.backward() came between zero_grad and the step"),  # late
+        ({"order": "zsbc"}, "no loss.backward() came between zero_grad and the step"),  # step early
         ({"order": "szbc"}, "optimizer.step() runs before loss.backward()"),
         ({"order": "zbsc"}, "comes after optimizer.step()"),  # the clip too late
         ({"each": True}, "clipped on its own"),  # the clip per parameter

@@ -18,7 +18,7 @@ import sys
 import textwrap
 import tokenize
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -232,46 +232,71 @@ def _reachable(fns: Sequence[Callable]) -> list[types.FunctionType]:
     return list(found.values())
 
 
-def _resolved(node: ast.expr, namespace: dict) -> object:
-    """What a called name or dotted name (`F.rms_norm`) is in the function's globals."""
+def resolved(node: ast.expr, namespace: dict) -> object:
+    """What a called name or dotted name (`F.rms_norm`) is in the function's namespace."""
     if isinstance(node, ast.Name):
         return namespace.get(node.id, getattr(builtins, node.id, None))
     if isinstance(node, ast.Attribute):
-        owner = _resolved(node.value, namespace)
+        owner = resolved(node.value, namespace)
         return None if owner is None else getattr(owner, node.attr, None)
     return None
 
 
-def _calls(f: types.FunctionType, refusal: Refusal, target: object, node: ast.Call) -> bool:
+def namespace(f: types.FunctionType, tree: ast.AST) -> dict:
+    """`f`'s globals, with what its body imports (`from gptlib.norms import RMSNorm`) and the
+    local names it binds to another (`Norm = nn.RMSNorm`)."""
+    names = dict(f.__globals__)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                with contextlib.suppress(ImportError):
+                    bound = a.name if a.asname else a.name.split(".")[0]
+                    names[a.asname or bound] = importlib.import_module(bound)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                names[a.asname or a.name] = _target(f"{node.module}.{a.name}")
+        elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            for target in (t for t in node.targets if isinstance(t, ast.Name)):
+                names[target.id] = resolved(node.value, names)
+    return names
+
+
+def _calls(names: dict, refusal: Refusal, target: object, node: ast.Call) -> bool:
     owner, attr = refusal.path.rsplit(".", 1)
-    called = _resolved(node.func, f.__globals__)
+    called = resolved(node.func, names)
     if called is not None and called is target:
         return True
-    built = _resolved(node.func.func, f.__globals__) if isinstance(node.func, ast.Call) else None
-    if attr == "forward" and isinstance(built, type) and getattr(built, "forward", None) is target:
-        return True  # a module built and called at once: MLP(cfg)(x) runs MLP.forward
+    if attr == "forward" and isinstance(called, type) and getattr(called, "forward", 0) is target:
+        return True  # a module built in the body (nn.RMSNorm(d)) is there to run its forward
     # a method of an object of the function's own (x.log_softmax(-1)), by its name
     method = node.func.attr if isinstance(node.func, ast.Attribute) else None
     return called is None and method == attr != "forward" and isinstance(_target(owner), type)
 
 
+def source_tree(f: Callable) -> ast.AST | None:
+    """The syntax tree of `f`'s source, or None when there is none to read."""
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(f)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
 def shortcut(name: str, fns: Sequence[Callable]) -> str | None:
     """The refusal message when the reader's source (or a helper of theirs) calls a library
-    function that does exercise `name`'s whole job (its record in `table`), else None."""
+    function that does exercise `name`'s whole job (its record in `table`), or builds the module
+    whose forward does it, else None."""
     targets = [(r, _target(r.path)) for r in REFUSALS.get(name, ())]
     targets = [(r, t) for r, t in targets if t is not None]
     if not targets:
         return None
     for f in _reachable(fns):
-        if (f.__module__ or "").startswith("gptlib."):
+        tree = source_tree(f)
+        if (f.__module__ or "").startswith("gptlib.") or tree is None:
             continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(f)))
-        except (OSError, TypeError, SyntaxError):  # no source to read
-            continue
+        names = namespace(f, tree)
         for node in ast.walk(tree):
             for refusal, target in targets:
-                if isinstance(node, ast.Call) and _calls(f, refusal, target, node):
+                if isinstance(node, ast.Call) and _calls(names, refusal, target, node):
                     return refusal_message(name, refusal)
     return None
 
@@ -396,14 +421,20 @@ def _backward(fn: Callable, inputs: tuple, names: list[str], weights: list | Non
     return outputs, [(p, gr) for (p, _leaf), gr in zip(found, grads, strict=True)], weights
 
 
-def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
-    """What is wrong with the gradients of a function whose outputs are right: an output that
-    carries none, an input (or a weight inside one) that gets none, or one that gets others."""
+def _input_names(reference_fn: Callable, inputs: tuple) -> list[str]:
     try:
         params = list(inspect.signature(reference_fn).parameters)
     except (TypeError, ValueError):
         params = []
-    names = [params[i] if i < len(params) else f"input {i}" for i in range(len(inputs))]
+    return [params[i] if i < len(params) else f"input {i}" for i in range(len(inputs))]
+
+
+def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol, locate) -> str | None:
+    """What is wrong with the gradients of a function whose outputs are right: an output that
+    carries none, or the inputs (and weights inside them) that get none or others, in input
+    order as [(path, "missing" | "wrong" | "right", difference)], said by `locate` or by the
+    first that is not right."""
+    names = _input_names(reference_fn, inputs)
     _outputs, ref_grads, weights = _backward(reference_fn, inputs, names, None)
     if all(w is None for w in weights):
         return None  # nothing of the reference's is differentiable
@@ -424,43 +455,170 @@ def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
             said = _("{which} carries no gradient: it was made under torch.no_grad() or "
                      "detached, so nothing before it would learn from the loss")  # fmt: skip
             return said.format(which=which)
+    found = []
     for (name, ref), (_path, got) in zip(ref_grads, user_grads, strict=True):
         if ref is None or not bool(ref.abs().max() > 0):
             continue
         if got is None or not bool(got.abs().max() > 0):
+            found.append((name, "missing", ""))
+        else:
+            right = _close(got, ref, 10 * atol, 10 * rtol)
+            found.append((name, "right" if right else "wrong", difference(got, ref)))
+    if locate is not None and any(status != "right" for _n, status, _d in found):
+        return locate(found)
+    for name, status, diff in found:
+        if status == "missing":
             said = _("the gradient of {name} is missing: the output is right, but something "
                      "between {name} and it is detached or under no_grad, so {name} would not "
                      "learn")  # fmt: skip
             return said.format(name=name)
-        if not _close(got, ref, 10 * atol, 10 * rtol):
+        if status == "wrong":
             said = _("the output is right but the gradient of {name} is not ({difference}): "
                      "part of the path from it is hidden from autograd (a .detach(), .data, or "
                      "a value taken out with .item())")  # fmt: skip
-            return said.format(name=name, difference=difference(got, ref))
+            return said.format(name=name, difference=diff)
     return None
 
 
-def _mismatch(got, expected, inputs, mistakes, atol, rtol) -> str:
-    """What is wrong with outputs that differ: a known slip names itself (by values or shape),
-    else the count, the shape or the size of the difference."""
+def _ids(got: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """How integer outputs (ids) differ: where they part and what each holds there."""
+    if got.is_floating_point() or expected.is_floating_point():
+        return None
+    if got.shape == expected.shape:
+        where = tuple(int(i) for i in (got != expected).nonzero()[0])
+        said = _("at index {index} yours is id {got} where the reference has {expected}")
+        index = where[0] if len(where) == 1 else where
+        return said.format(index=index, got=int(got[where]), expected=int(expected[where]))
+    if got.dim() != 1 or expected.dim() != 1:
+        return None
+    g, e = got.tolist(), expected.tolist()
+    agree = next((i for i, (a, b) in enumerate(zip(g, e, strict=False)) if a != b), None)
+    if agree is None:
+        said = _(
+            "you returned {got} ids where the reference returns {expected}; the first {n} agree"
+        )
+        return said.format(got=len(g), expected=len(e), n=min(len(g), len(e)))
+    said = _("you returned {got} ids where the reference returns {expected}; they part at "
+             "position {i}, where yours is {a} and the reference's {b}")  # fmt: skip
+    return said.format(got=len(g), expected=len(e), i=agree, a=g[agree], b=e[agree])
+
+
+def _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start) -> str:
+    """What is wrong with outputs that differ: a known slip names itself (by values or shape;
+    each run from the global random state `start`), else `describe` in the exercise's terms,
+    else which output differs and how."""
     for hint, wrong_fn in mistakes:
+        torch.set_rng_state(start)
         try:
             wrong = wrong_fn(*inputs)
         except Exception:  # noqa: BLE001
             continue
         if _close(got, wrong, atol, rtol):
             return _(hint)
+    said = describe(got, expected) if describe is not None else None
+    if said:
+        return said
     exp_t, got_t = _as_tuple(expected), _as_tuple(got)
     if len(exp_t) != len(got_t):
         said = _("returned {got} value(s), expected {expected}")
         return said.format(got=len(got_t), expected=len(exp_t))
-    for e_, g_ in zip(exp_t, got_t, strict=True):
-        e_shape, g_shape = list(torch.as_tensor(e_).shape), list(torch.as_tensor(g_).shape)
-        if e_shape != g_shape:
+    for i, (e_, g_) in enumerate(zip(map(torch.as_tensor, exp_t), map(torch.as_tensor, got_t),
+                                     strict=True)):  # fmt: skip
+        if g_.shape == e_.shape and _close(g_, e_, atol, rtol):
+            continue
+        said = _ids(g_, e_)
+        if said is None and g_.shape != e_.shape:
             said = _("output has shape {got}, expected {expected}")
-            return said.format(got=g_shape, expected=e_shape)
-    said = _("values differ from the reference ({difference})")
-    return said.format(difference=difference(got_t, exp_t))
+            said = said.format(got=list(g_.shape), expected=list(e_.shape))
+        elif said is None:
+            said = _("values differ from the reference ({difference})")
+            said = said.format(difference=difference(g_, e_))
+        which = _("output {i} of the {n} returned: {problem}")
+        return which.format(i=i, n=len(exp_t), problem=said) if len(exp_t) > 1 else said
+    return _("values differ from the reference ({difference})").format(
+        difference=difference(got_t, exp_t)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Side effects: one rule for every check (README, "Exercises")
+
+
+def _snapshot(x):
+    """A copy of the tensors and lists inside x (tuples, lists, dicts); anything else as is."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, dict):
+        return {k: _snapshot(v) for k, v in x.items()}
+    return [_snapshot(v) for v in x] if isinstance(x, (list, tuple)) else x
+
+
+def _changed(x, before, path: str) -> str | None:
+    """The path of the first tensor or list inside x that no longer equals its snapshot."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach()
+        same = x.shape == before.shape and bool((x.eq(before) | x.isnan() & before.isnan()).all())
+        return None if same else path
+    if isinstance(x, (int, float, str)):
+        return None if x == before else path
+    if isinstance(x, (dict, list, tuple)):
+        keys = list(x) if isinstance(x, dict) else range(len(x))
+        if len(x) != len(before) or (isinstance(x, dict) and list(before) != list(x)):
+            return path
+        for k, b in zip(keys, before.values() if isinstance(x, dict) else before, strict=True):
+            if (where := _changed(x[k], b, f"{path}[{k!r}]")) is not None:
+                return where
+    return None
+
+
+_graphs: list[bool] | None = None  # while a check watches: whether each forward built a graph
+
+
+def watched(fn: Callable) -> Callable:
+    """`fn` (a forward handed to the reader's code) noting, while a check watches, whether it
+    ran with gradients on."""
+
+    def run(*args, **kwargs):
+        if _graphs is not None:
+            _graphs.append(torch.is_grad_enabled())
+        return fn(*args, **kwargs)
+
+    return run
+
+
+@contextlib.contextmanager
+def _watching(inputs: tuple) -> Iterator[list[bool]]:
+    """Note whether each module among the inputs (and each `watched` forward) builds a graph."""
+    global _graphs
+    seen: list[bool] = []
+    modules = [m for x in inputs if isinstance(x, torch.nn.Module) for m in x.modules()]
+    hooks = [m.register_forward_pre_hook(lambda *_: seen.append(torch.is_grad_enabled()))
+             for m in modules]  # fmt: skip
+    before, _graphs = _graphs, seen
+    try:
+        yield seen
+    finally:
+        _graphs = before
+        for hook in hooks:
+            hook.remove()
+
+
+def _side_effect(names, inputs, snapshot, stream, graphs) -> str | None:
+    """What the reader's call did beyond its output: an input changed in place, torch's global
+    random stream moved otherwise than by the reference, a graph built where none is needed."""
+    for name, x, before in zip(names, inputs, snapshot, strict=True):
+        if (where := _changed(x, before, name)) is not None:
+            said = _("your function changed its input {name} in place: after the call the "
+                     "caller's {name} holds other values than it handed you")  # fmt: skip
+            return said.format(name=where)
+    if not torch.equal(torch.get_rng_state(), stream):
+        return _("your function moved torch's global random stream otherwise than the reference "
+                 "does (it reseeded it with torch.manual_seed, or drew from it): every cell after "
+                 "it would draw other numbers")  # fmt: skip
+    if any(graphs):
+        return _("the forward passes built a graph for a backward that nobody calls, which "
+                 "costs memory and time")  # fmt: skip
+    return None
 
 
 def compare(
@@ -474,13 +632,20 @@ def compare(
     rtol: float = 1e-4,
     error_hints: Sequence[tuple[str, str]] = (),
     grads: bool = True,
+    no_grad: bool = False,
+    describe: Callable | None = None,
+    locate: Callable | None = None,
 ) -> CheckResult:
-    """Run `user_fn` and `reference_fn` on `trials` seeded random inputs; where the outputs
-    agree, compare the gradients they pass back to every floating tensor of the inputs (inside
-    tuples, lists and dicts too) when `grads`.
+    """Run `user_fn` and `reference_fn` on `trials` seeded random inputs, each from the same
+    state of torch's global random stream (given back afterwards); where the outputs agree,
+    hold the reader's call to the side-effect rule (no input changed in place, the global
+    stream moved as the reference moves it, no graph built when `no_grad`), then compare the
+    gradients they pass back to every floating tensor of the inputs when `grads`.
 
     `mistakes` pairs a message with a wrong implementation: output matching one (values and
-    shape) gets its message. `error_hints` pairs a fragment of an error with a hint appended when
+    shape) gets its message; `describe(got, expected)` says in the exercise's terms how other
+    outputs differ; `locate(found)` where the cut lies when gradients differ (see
+    `_gradient_problem`). `error_hints` pairs a fragment of an error with a hint appended when
     the reader's function raises it. A source that calls a refused library function is refused.
     """
     refused = shortcut(name, [user_fn])
@@ -488,22 +653,36 @@ def compare(
         return CheckResult(False, refused)
     if error_hints:
         user_fn = with_error_hints(user_fn, error_hints)
-    for trial in range(trials):
-        inputs = make_inputs(torch.Generator().manual_seed(1000 + trial))
-        expected = reference_fn(*inputs)
-        try:
-            got = user_fn(*inputs)
-        except NotImplementedError:
-            return not_written(name)
-        except Exception as e:  # the reader's code failed: say how
-            said = _("✗ {name}: your function raised {kind}: {error}")
-            return CheckResult(False, said.format(name=name, kind=type(e).__name__, error=e))
-        problem = None
-        if not _close(got, expected, atol, rtol):
-            problem = _mismatch(got, expected, inputs, mistakes, atol, rtol)
-        elif grads:
-            problem = _gradient_problem(user_fn, reference_fn, inputs, atol, rtol)
-        if problem:
-            return CheckResult(False, _("✗ {name}: {problem}").format(name=name, problem=problem))
+    start = torch.get_rng_state()
+    try:
+        for trial in range(trials):
+            inputs = make_inputs(torch.Generator().manual_seed(1000 + trial))
+            torch.set_rng_state(start)
+            expected = reference_fn(*inputs)
+            stream, snapshot = torch.get_rng_state(), _snapshot(list(inputs))
+            torch.set_rng_state(start)
+            try:
+                with _watching(inputs) as graphs:
+                    got = user_fn(*inputs)
+            except NotImplementedError:
+                return not_written(name)
+            except Exception as e:  # the reader's code failed: say how
+                said = _("✗ {name}: your function raised {kind}: {error}")
+                return CheckResult(False, said.format(name=name, kind=type(e).__name__, error=e))
+            problem = None
+            if not _close(got, expected, atol, rtol):
+                problem = _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start)
+            else:
+                names = _input_names(reference_fn, inputs)
+                problem = _side_effect(names, inputs, snapshot, stream,
+                                       graphs if no_grad else [])  # fmt: skip
+            if problem is None and grads:
+                torch.set_rng_state(start)
+                problem = _gradient_problem(user_fn, reference_fn, inputs, atol, rtol, locate)
+            if problem:
+                said = _("✗ {name}: {problem}").format(name=name, problem=problem)
+                return CheckResult(False, said)
+    finally:
+        torch.set_rng_state(start)
     said = _("✓ {name}: matches the reference on {trials} random inputs")
     return CheckResult(True, said.format(name=name, trials=trials))

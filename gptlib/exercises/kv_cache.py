@@ -42,7 +42,7 @@ def solution_decode_step(model: GPT, idx_new: torch.Tensor, cache: KVCache) -> t
 def _on_a_copy(fn, model, idx_new, cache):
     """A decode step on a copy of the cache: (logits, length, every layer's keys, values)."""
     mine = copy.deepcopy(cache)
-    logits = fn(model, idx_new.clone(), mine)
+    logits = fn(model, idx_new, mine)
     return logits, torch.tensor(mine.length), torch.stack(mine._k), torch.stack(mine._v)
 
 
@@ -97,4 +97,4 @@ def check_decode_step(decode_step) -> CheckResult:
     readers = lambda *inputs: _on_a_copy(decode_step, *inputs)  # noqa: E731 (its refusals are read)
     return compare("decode_step", readers, partial(_on_a_copy, solution_decode_step),
                    _decode_inputs, [(m, partial(_on_a_copy, f)) for m, f in DECODE_MISTAKES],
-                   grads=False)  # fmt: skip
+                   grads=False, no_grad=True)  # fmt: skip

@@ -57,17 +57,38 @@ def _rms_detached(x, gain, eps=1e-5):
     return x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt().detach() * gain
 
 
-def test_a_piece_right_in_value_but_detached_fails_the_forward_by_its_gradient():
-    message = Y.check_gpt_forward(Y.forward, Y._with(rmsnorm=_rms_detached)).message
-    assert message.startswith("✗ forward: the output is right but the gradient of w['tok_emb']")
+def _mlp_no_grad(x, w_fc, w_proj, activation):
+    with torch.no_grad():
+        return R.mlp_forward(x, w_fc, w_proj, activation)
 
 
-def test_a_detached_forward_is_named_by_its_first_cut_weight():
+def _attention_detached(q, k, v):  # the weights taken out of the graph, the values kept
+    n = q.size(-2)
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    return scores.masked_fill(future, float("-inf")).softmax(-1).detach() @ v
+
+
+@pytest.mark.parametrize(
+    "piece, cut, located",
+    [
+        ("rmsnorm", _rms_detached, "the cut lies in the rmsnorm with gain w['ln_f']"),
+        ("mlp_forward", _mlp_no_grad, "the weights of the MLP get no gradient"),
+        ("causal_attention", _attention_detached, "the cut lies inside attention"),
+    ],
+)
+def test_a_piece_right_in_value_but_cut_is_located_not_blamed_on_the_embedding(piece, cut, located):
+    message = Y.check_gpt_forward(Y.forward, Y._with(**{piece: cut})).message
+    assert message.startswith("✗ forward: ") and located in message, message
+    assert "tok_emb" not in message  # the embedding upstream is not the cut
+
+
+def test_a_detached_forward_is_located_at_the_head():
     def forward(w, idx, n_head, pieces):
         return Y.forward(w, idx, n_head, pieces).detach() + 0 * w["lm_head"].sum()
 
     message = Y.check_gpt_forward(forward).message
-    assert message.startswith("✗ forward: the gradient of w['tok_emb'] is missing")
+    assert message.startswith("✗ forward: the weights of the head get no gradient (w['lm_head'])")
 
 
 def test_the_training_check_trains_the_forward_it_is_handed():
@@ -76,7 +97,8 @@ def test_the_training_check_trains_the_forward_it_is_handed():
 
     assert Y.check_gpt_train(Y.train_gpt)
     message = Y.check_gpt_train(Y.train_gpt, forward_fn).message
-    assert message.startswith("✗ train_gpt: the forward it trains: the output is right but the ")
+    assert message.startswith("✗ train_gpt: the forward it trains: the output is right, but the ")
+    assert "the cut lies in the rmsnorm" in message
 
 
 def test_a_sampler_that_never_crops_the_context_gets_the_block_hint():

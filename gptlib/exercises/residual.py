@@ -9,9 +9,9 @@ import torch
 
 from gptlib.exercises.checking import (
     CheckResult,
-    resolved,
     compare,
     namespace,
+    resolved,
     solved_by,
     source_tree,
 )

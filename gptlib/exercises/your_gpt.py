@@ -218,12 +218,54 @@ def _forward_inputs(g: torch.Generator, pieces=None) -> tuple:
     return _weights(g), torch.randint(0, _V, (_B, n), generator=g), _H, pieces or reference
 
 
+# The piece each weight of gpt_weights belongs to, in the forward's order.
+PIECE_OF = dict(tok_emb=N_("the embedding"), pos_emb=N_("the embedding"), ln1=N_("rmsnorm"),
+                qkv=N_("attention"), attn_proj=N_("attention"), ln2=N_("rmsnorm"), fc=N_("the MLP"),
+                mlp_proj=N_("the MLP"), ln_f=N_("rmsnorm"), lm_head=N_("the head"))  # fmt: skip
+
+
+def _piece(path: str) -> str:
+    return PIECE_OF[re.findall(r"\['(\w+)'\]", path)[-1]]
+
+
+def locate_cut(found: list) -> str:
+    """Where the forward cuts the gradient, from each weight's: [(path, "missing" | "wrong" |
+    "right", difference)] in the forward's order (see checking._gradient_problem)."""
+    missing = [path for path, status, _d in found if status == "missing"]
+    if missing:
+        piece = _piece(missing[-1])  # the cut piece's own weights get none; those before, others
+        cut = [path for path in missing if _piece(path) == piece]
+        said = _("the weights of {piece} get no gradient ({weights}): the output is right, but "
+                 "{piece} runs under no_grad or is detached, so it would not learn")  # fmt: skip
+        weights = ", ".join(cut[:2]) + (", …" if len(cut) > 2 else "")
+        return said.format(piece=_(piece), weights=weights)
+    i = max(i for i, (_p, status, _d) in enumerate(found) if status == "wrong")
+    bad, diff = found[i][0], found[i][2]
+    if i + 1 == len(found):
+        said = _("the output is right, but the gradient of every weight is wrong ({difference}): "
+                 "the cut lies after the head, in the logits")  # fmt: skip
+        return said.format(difference=diff)
+    good = found[i + 1][0]
+    if _piece(good) == _piece(bad) != PIECE_OF["ln1"]:
+        where = _("inside {piece}").format(piece=_(_piece(bad)))
+    elif _piece(good) == PIECE_OF["ln1"]:
+        where = _("in the rmsnorm with gain {good}, or in the residual sum it reads")
+    else:
+        where = _("in {piece}, where it reads the output of the rmsnorm with gain {bad}")
+    said = _("the output is right, but the gradients of {bad} and of weights before it are wrong "
+             "({difference}), while {good} and every weight after it get the right ones: the cut "
+             "lies {where}")  # fmt: skip
+    where = where.format(good=good, bad=bad, piece=_(_piece(good)))
+    return said.format(bad=bad, difference=diff, good=good, where=where)
+
+
 @solved_by(forward)
 def check_gpt_forward(fn: Callable, pieces=None) -> CheckResult:
     """`forward(w, idx, n_head, pieces)` (V=11, T=7, d=12, 3 heads, 2 blocks) on `pieces`, against
     the reference on the reference pieces: the logits, then every weight's gradient."""
     inputs = lambda g: _forward_inputs(g, pieces)  # noqa: E731
-    return compare("forward", fn, _bound(reference_forward), inputs, FORWARD_MISTAKES)
+    return compare("forward", fn, _bound(reference_forward), inputs, FORWARD_MISTAKES,
+                   locate=locate_cut)  # fmt: skip
 
 
 # --- The training loop: the reader's trains the forward handed, the reference the reference
@@ -249,6 +291,14 @@ LOOP_MISTAKES = [
         "step 0), one batch late"), partial(_loop, order="szbc")),
     (N_("the learning rate is never set: every step uses the optimizer's starting rate, with no "
         "warmup and no decay"), partial(_loop, lr=None)),
+    (N_("every step trained on the same batch: the generator is seeded again inside the loop"),
+     partial(_loop, reseed=True)),
+    (N_("each parameter's gradient was clipped on its own to the norm clip: your updates are "
+        "larger than those of one factor for all the gradients together"),
+     partial(_loop, each=True)),
+    *[(N_("the labels were shifted twice: lm_loss already pairs position t with labels[t + 1], so "
+          "each position is scored on the token after next"), partial(_loop, shift=shift))
+      for shift in ("cropped", "padded", "rolled")],
 ]
 # fmt: on
 
@@ -282,7 +332,8 @@ def check_gpt_train(fn: Callable, forward_fn: Callable | None = None, loss_fn=No
     differ = _("values differ from the reference ({difference})").partition("{")[0]
     if result or differ not in result.message:
         return result
-    trains = compare("forward", _bound(forward_fn), _bound(reference_forward), _forward_inputs)
+    trains = compare("forward", _bound(forward_fn), _bound(reference_forward), _forward_inputs,
+                     locate=locate_cut)  # fmt: skip
     said = _("✗ train_gpt: the forward it trains: {problem}")
     problem = re.sub(r"^✗ forward[:：] ?", "", trains.message)  # what is wrong in the forward
     cut = CheckResult(False, said.format(problem=problem))

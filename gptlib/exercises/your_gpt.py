@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from gptlib.checkpoint import load_asset
 from gptlib.data import sample_batch
 from gptlib.exercises.attention import check_causal_attention
-from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.exercises.checking import CheckResult, compare, solved_by, watched
 from gptlib.exercises.embeddings import check_embed
 from gptlib.exercises.loss import check_lm_loss
 from gptlib.exercises.mlp import check_mlp
@@ -361,7 +361,7 @@ CROP_HINTS = [("must match the size", CROP), ("out of bounds", CROP)]
 def _drawn(sampler: Callable, w, n_head, bos, temperature, top_k) -> torch.Tensor:
     """sampler run with the reference forward, seed 5: 6 names of up to 12 tokens, -1 after each."""
     g = torch.Generator().manual_seed(5)
-    names = sampler(reference_forward, w, n_head, bos, 6, g, temperature, top_k, 12)
+    names = sampler(watched(reference_forward), w, n_head, bos, 6, g, temperature, top_k, 12)
     return torch.tensor([int(t) for name in names for t in [*name, -1]])
 
 
@@ -377,7 +377,7 @@ def check_gpt_sample(fn: Callable) -> CheckResult:
     settings of temperature and top_k, from equal generators."""
     wrong = [(hint, partial(_drawn, partial(how, sample_names))) for hint, how in SAMPLE_MISTAKES]
     return compare("sample_names", partial(_drawn, fn), partial(_drawn, sample_names),
-                   _sample_inputs, wrong, error_hints=CROP_HINTS, grads=False)  # fmt: skip
+                   _sample_inputs, wrong, error_hints=CROP_HINTS, grads=False, no_grad=True)  # fmt: skip
 
 
 # --- The cache

@@ -157,3 +157,28 @@ def test_the_reference_sampler_draws_generates_names(asset):
     out = generate(model, torch.full((6, 1), bos), 12, temperature=0.7, top_k=5,
                    generator=torch.Generator().manual_seed(5), stop_token=bos, use_cache=False)  # fmt: skip
     assert names == [r[: r.index(bos)] if bos in r else r for r in out[:, 1:].tolist()]
+
+
+# --- generic lines in the exercise's terms ----------------------------------------------------
+
+
+def test_a_sampler_that_keeps_the_closing_bos_is_told_which_name_differs():
+    def sample_names(*args):
+        bos = args[3]
+        return [[*name, bos] for name in Y.sample_names(*args)]
+
+    message = Y.check_gpt_sample(sample_names).message
+    assert message.startswith("✗ sample_names: name 0 of the 6 drawn differs: yours is the ids [")
+    assert "shape" not in message
+
+
+def test_a_cache_that_grows_by_a_block_each_call_is_told_in_blocks():
+    def appends(w, idx, cache, n_head, pieces):  # each call's (k, v) added after the old ones
+        mine = list(cache[-len(w["blocks"]) :])
+        logits = Y.forward_cached(w, idx, mine, n_head, pieces)
+        cache.extend(mine)
+        return logits
+
+    message = Y.check_gpt_forward_cached(appends).message
+    assert message.startswith("✗ forward_cached: after the 4 calls your cache holds 8 entries")
+    assert message.endswith("where the model's 2 blocks keep one (k, v) each")

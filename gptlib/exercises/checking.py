@@ -324,7 +324,7 @@ def _double(x) -> torch.Tensor:
     return torch.as_tensor(x).detach().double()
 
 
-def _close(a, b, atol: float, rtol: float) -> bool:
+def close(a, b, atol: float, rtol: float) -> bool:
     a, b = _as_tuple(a), _as_tuple(b)
     if len(a) != len(b):
         return False
@@ -461,7 +461,7 @@ def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol, locate) -> str 
         if got is None or not bool(got.abs().max() > 0):
             found.append((name, "missing", ""))
         else:
-            right = _close(got, ref, 10 * atol, 10 * rtol)
+            right = close(got, ref, 10 * atol, 10 * rtol)
             found.append((name, "right" if right else "wrong", difference(got, ref)))
     if locate is not None and any(status != "right" for _n, status, _d in found):
         return locate(found)
@@ -512,7 +512,7 @@ def _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start) -> s
             wrong = wrong_fn(*inputs)
         except Exception:  # noqa: BLE001
             continue
-        if _close(got, wrong, atol, rtol):
+        if close(got, wrong, atol, rtol):
             return _(hint)
     said = describe(got, expected) if describe is not None else None
     if said:
@@ -523,7 +523,7 @@ def _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start) -> s
         return said.format(got=len(got_t), expected=len(exp_t))
     for i, (e_, g_) in enumerate(zip(map(torch.as_tensor, exp_t), map(torch.as_tensor, got_t),
                                      strict=True)):  # fmt: skip
-        if g_.shape == e_.shape and _close(g_, e_, atol, rtol):
+        if g_.shape == e_.shape and close(g_, e_, atol, rtol):
             continue
         said = _ids(g_, e_)
         if said is None and g_.shape != e_.shape:
@@ -669,7 +669,7 @@ def compare(
                 said = _("✗ {name}: your function raised {kind}: {error}")
                 return CheckResult(False, said.format(name=name, kind=type(e).__name__, error=e))
             problem = None
-            if not _close(got, expected, atol, rtol):
+            if not close(got, expected, atol, rtol):
                 problem = _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start)
             else:
                 names = _input_names(reference_fn, inputs)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from gptlib.checkpoint import load_asset
 from gptlib.data import sample_batch
 from gptlib.exercises.attention import check_causal_attention
-from gptlib.exercises.checking import CheckResult, compare, solved_by, watched
+from gptlib.exercises.checking import CheckResult, close, compare, difference, solved_by, watched
 from gptlib.exercises.embeddings import check_embed
 from gptlib.exercises.loss import check_lm_loss
 from gptlib.exercises.mlp import check_mlp
@@ -371,13 +371,29 @@ def _sample_inputs(g: torch.Generator) -> tuple:
     return w, asset.model.cfg.n_head, bos, *SAMPLE_SETTINGS[g.initial_seed() % 3]
 
 
+def _names_differ(got, expected) -> str | None:
+    """The first drawn name that differs, as ids (the names come joined by -1 from _drawn)."""
+    if not isinstance(got, torch.Tensor) or got.dim() != 1:
+        return None
+    split = lambda t: " ".join(map(str, t.tolist())).split("-1")[:-1]  # noqa: E731
+    mine, ref = split(got), split(expected)
+    for k, (a, b) in enumerate(zip(mine, ref, strict=False)):
+        if a != b:
+            said = _("name {k} of the {n} drawn differs: yours is the ids [{got}], the "
+                     "reference's [{expected}]")  # fmt: skip
+            return said.format(k=k, n=len(ref), got=a.strip(), expected=b.strip())
+    said = _("you returned {got} names where the reference draws {expected}")
+    return said.format(got=len(mine), expected=len(ref)) if len(mine) != len(ref) else None
+
+
 @solved_by(sample_names)
 def check_gpt_sample(fn: Callable) -> CheckResult:
     """`sample_names` with the reference forward and the trained microgpt (float64) at three
     settings of temperature and top_k, from equal generators."""
     wrong = [(hint, partial(_drawn, partial(how, sample_names))) for hint, how in SAMPLE_MISTAKES]
     return compare("sample_names", partial(_drawn, fn), partial(_drawn, sample_names),
-                   _sample_inputs, wrong, error_hints=CROP_HINTS, grads=False, no_grad=True)  # fmt: skip
+                   _sample_inputs, wrong, error_hints=CROP_HINTS, grads=False, no_grad=True,
+                   describe=_names_differ)  # fmt: skip
 
 
 # --- The cache
@@ -455,9 +471,34 @@ def _fed_inputs(g: torch.Generator) -> tuple:
     return _weights(g), torch.randint(0, _V, (_B, _T), generator=g), _H, schedule
 
 
+def _calls_differ(got, expected) -> str | None:
+    """Which call's logits, or which block's cache entry, differ (the outputs of _fed)."""
+    (outs, cache), (ref_outs, ref_cache), at = got, expected, 0
+    if len(cache) != len(ref_cache):
+        said = _("after the {calls} calls your cache holds {got} entries, where the model's "
+                 "{blocks} blocks keep one (k, v) each")  # fmt: skip
+        return said.format(calls=len(outs), got=len(cache), blocks=len(ref_cache))
+    for i, (mine, ref) in enumerate(zip(outs, ref_outs, strict=True)):
+        if not close(mine, ref, 1e-5, 1e-4):
+            said = _("the logits of call {i} (positions {a} to {b}) differ from the reference's: "
+                     "{difference}")  # fmt: skip
+            shape = list(torch.as_tensor(mine).shape)
+            how = (difference(mine, ref) if shape == list(ref.shape) else
+                   _("shape {got}, expected {expected}").format(got=shape, expected=list(ref.shape)))  # fmt: skip
+            return said.format(i=i, a=at, b=at + ref.size(1) - 1, difference=how)
+        at += ref.size(1)
+    for i, (mine, ref) in enumerate(zip(cache, ref_cache, strict=True)):
+        if not close(mine, ref, 1e-5, 1e-4):
+            said = _("the logits are right, but the (k, v) your cache holds for block {i} after the "
+                     "last call differ from the reference's")  # fmt: skip
+            return said.format(i=i)
+    return None
+
+
 @solved_by(forward_cached)
 def check_gpt_forward_cached(fn: Callable, pieces=None) -> CheckResult:
     """`forward_cached` (2 blocks) fed 7 ids, a prefill then pieces: every call's logits, cache."""
     wrong = [(hint, partial(_fed, slip, reference)) for hint, slip in FORWARD_CACHED_MISTAKES]
     user, ref = partial(_fed, fn, pieces or reference), partial(_fed, forward_cached, reference)
-    return compare("forward_cached", user, ref, _fed_inputs, wrong, grads=False)
+    return compare("forward_cached", user, ref, _fed_inputs, wrong, grads=False,
+                   describe=_calls_differ)  # fmt: skip

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from gptlib.exercises import yours
-from gptlib.exercises.table import REFUSALS, Refusal
+from gptlib.exercises.table import EXERCISES, REFUSALS, Refusal
 from gptlib.language import _, comment_sentence
 
 
@@ -59,8 +59,7 @@ def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
                 name = yours.exercise_name(check)
                 path = yours.save(name, fn, yours._notebook_of(name))
                 if path is not None:
-                    kept = _("kept as {path}: later notebooks use it")
-                    kept = kept.format(path=yours.where_kept(name))
+                    kept = kept_line(check.__name__).format(path=yours.where_kept(name))
                     result = CheckResult(True, f"{result.message}\n  {kept}")
             return result
 
@@ -68,6 +67,15 @@ def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
         return checked
 
     return decorate
+
+
+def kept_line(check: str) -> str:
+    """What a pass says of the piece it keeps: which notebooks use it (table's `used`)."""
+    record = next((e for e in EXERCISES if e.check == check), None)
+    used = record.used.split() if record else []
+    if any(notebook != record.notebook for notebook in used):
+        return _("kept as {path}: later notebooks use it")
+    return _("kept as {path}: the cells below use it") if used else _("kept as {path}")
 
 
 def _helpers_of(fn: Callable) -> list[Callable]:

@@ -25,8 +25,8 @@ def _rms(x, gain, eps=1e-5, *, dim=-1, eps_out=False, centre=False, gained=True,
     x, eps = x - x.mean(dim=-1, keepdim=True) if centre else x, 0.0 if no_eps else eps
     ms = x.pow(2).sum(dim, keepdim=True) / (x.size(-1) - over) if over else x.pow(2).mean(dim, True)
     if std:  # the standard deviation: centred, over d - 1
-        sd = (x.var(-1, keepdim=True) + eps).sqrt() if std == "var" else x.std(-1, keepdim=True) + eps
-        return x / sd * gain
+        var = x.var(-1, keepdim=True)
+        return x / ((var + eps).sqrt() if std == "var" else var.sqrt() + eps) * gain
     return x / (ms.sqrt() + eps if eps_out else (ms + eps).sqrt()) * (gain if gained else 1.0)
 
 
@@ -45,7 +45,8 @@ RMSNORM_MISTAKES = [
     (N_("the gain is not used: every feature of your output is at the same scale"),
      variant(_rms, "no_gain", gained=False)),
     (N_("only your near-zero token is off, blown up to the size of the others: eps is missing "
-        "from the root, so nothing keeps a token near zero small"), variant(_rms, "no_eps", no_eps=True)),
+        "from the root, so nothing keeps a token near zero small"),
+     variant(_rms, "no_eps", no_eps=True)),
     (N_("every token of yours is a little too small, by sqrt((d - 1) / d): the sum of squares was "
         "divided by d - 1 (the unbiased estimate), not by d"), variant(_rms, "unbiased", over=1)),
     *[(N_("your denominator is the standard deviation (x.std or x.var): it subtracts each token's "

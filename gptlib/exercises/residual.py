@@ -85,7 +85,7 @@ def _autograd_stack_gradients(jacobians, grad_top, residual):  # x -> J_l x (+ x
 
 def calls_autograd(fn) -> bool:
     """Whether `fn`'s source uses `.backward` or anything of torch.autograd or torch.func: by a
-    global, a dotted name, or an import in its body (`from torch.autograd.functional import vjp`)."""
+    global, a dotted name, or an import in its body (from torch.autograd.functional import vjp)."""
     tree = source_tree(fn)
     if tree is None:
         return False

@@ -483,14 +483,14 @@ def _calls_differ(got, expected) -> str | None:
             said = _("the logits of call {i} (positions {a} to {b}) differ from the reference's: "
                      "{difference}")  # fmt: skip
             shape = list(torch.as_tensor(mine).shape)
-            how = (difference(mine, ref) if shape == list(ref.shape) else
-                   _("shape {got}, expected {expected}").format(got=shape, expected=list(ref.shape)))  # fmt: skip
+            how = _("shape {got}, expected {expected}").format(got=shape, expected=list(ref.shape))
+            how = difference(mine, ref) if shape == list(ref.shape) else how
             return said.format(i=i, a=at, b=at + ref.size(1) - 1, difference=how)
         at += ref.size(1)
     for i, (mine, ref) in enumerate(zip(cache, ref_cache, strict=True)):
         if not close(mine, ref, 1e-5, 1e-4):
-            said = _("the logits are right, but the (k, v) your cache holds for block {i} after the "
-                     "last call differ from the reference's")  # fmt: skip
+            said = _("the logits are right, but the (k, v) your cache holds for block {i} after "
+                     "the last call differ from the reference's")  # fmt: skip
             return said.format(i=i)
     return None
 

@@ -232,6 +232,11 @@ def locate_cut(found: list) -> str:
     """Where the forward cuts the gradient, from each weight's: [(path, "missing" | "wrong" |
     "right", difference)] in the forward's order (see checking._gradient_problem)."""
     missing = [path for path, status, _d in found if status == "missing"]
+    if missing and [path for path, _s, _d in found[: len(missing)]] == missing:  # all up to one
+        said = _("no gradient reaches {weight} or any weight before it: the output is right, but "
+                 "the path from {weight} to it is cut ({piece} or what follows it is detached or "
+                 "under no_grad)")  # fmt: skip
+        return said.format(weight=missing[-1], piece=_(_piece(missing[-1])))
     if missing:
         piece = _piece(missing[-1])  # the cut piece's own weights get none; those before, others
         cut = [path for path in missing if _piece(path) == piece]

@@ -137,3 +137,12 @@ def test_transposing_the_heads_and_positions_is_not_told_dot_t():
     message = check(wrong).message
     assert "k.transpose(1, 2) swaps the heads with the positions" in message
     assert "if you wrote k.T" not in message
+
+
+def test_an_unknown_slip_is_told_by_head_and_position():
+    def one_head_off(q, k, v):  # head 1 scaled by 3 where the others are right
+        scale = torch.tensor([1.0, 3.0, 1.0]).view(1, 3, 1, 1)
+        return attention.solution_causal_attention(q * scale, k, v)
+
+    message = check(one_head_off).message
+    assert "in head 1 of sequence 0" in message and "largest difference" in message

@@ -6,8 +6,8 @@ from functools import partial
 
 import torch
 
-from gptlib.exercises.checking import CheckResult, compare, solved_by
-from gptlib.language import N_
+from gptlib.exercises.checking import CheckResult, compare, difference, solved_by
+from gptlib.language import N_, _
 
 __all__ = ["check_causal_attention", "solution_causal_attention"]
 
@@ -79,8 +79,19 @@ def _inputs(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return tuple(2.0 * torch.randn(2, 3, 6, 4, generator=g) for _ in range(3))  # [B, h, n, d_h]
 
 
+def _where(got, expected) -> str | None:
+    """Which head of which sequence differs first, and from which query position on."""
+    got = torch.as_tensor(got)
+    if got.shape != expected.shape:
+        return None
+    b, h, i = (int(j) for j in (~torch.isclose(got, expected, 1e-4, 1e-5)).any(-1).nonzero()[0])
+    said = _("your output differs from the reference's first in head {h} of sequence {b}, from "
+             "query position {i} ({difference})")  # fmt: skip
+    return said.format(h=h, b=b, i=i, difference=difference(got[b, h, i], expected[b, h, i]))
+
+
 @solved_by(solution_causal_attention)
 def check_causal_attention(causal_attention) -> CheckResult:
     """Run `causal_attention(q, k, v)` on random [2, 3, 6, 4] inputs against the solution."""
     return compare("causal_attention", causal_attention, solution_causal_attention,
-                   _inputs, MISTAKES, error_hints=ERRORS)  # fmt: skip
+                   _inputs, MISTAKES, error_hints=ERRORS, describe=_where)  # fmt: skip

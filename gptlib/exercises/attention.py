@@ -76,7 +76,7 @@ ERRORS = [
 
 def _inputs(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # A spread of 2 makes the unscaled scores visibly sharper than the scaled ones.
-    return tuple(2.0 * torch.randn(2, 3, 6, 4, generator=g) for _ in range(3))  # [B, h, n, d_h]
+    return tuple(2.0 * torch.randn(2, 3, 6, 4, generator=g) for _i in range(3))  # [B, h, n, d_h]
 
 
 def _where(got, expected) -> str | None:
@@ -85,7 +85,7 @@ def _where(got, expected) -> str | None:
     if got.shape != expected.shape:
         return None
     b, h, i = (int(j) for j in (~torch.isclose(got, expected, 1e-4, 1e-5)).any(-1).nonzero()[0])
-    said = _("your output differs from the reference's first in head {h} of sequence {b}, from "
+    said = _("your output differs from the reference's first in head {h} of sequence {b}, at "
              "query position {i} ({difference})")  # fmt: skip
     return said.format(h=h, b=b, i=i, difference=difference(got[b, h, i], expected[b, h, i]))
 

@@ -219,9 +219,9 @@ def _forward_inputs(g: torch.Generator, pieces=None) -> tuple:
 
 
 # The piece each weight of gpt_weights belongs to, in the forward's order.
-PIECE_OF = dict(tok_emb=N_("the embedding"), pos_emb=N_("the embedding"), ln1=N_("rmsnorm"),
-                qkv=N_("attention"), attn_proj=N_("attention"), ln2=N_("rmsnorm"), fc=N_("the MLP"),
-                mlp_proj=N_("the MLP"), ln_f=N_("rmsnorm"), lm_head=N_("the head"))  # fmt: skip
+PIECE_OF = dict(tok_emb=N_("the embedding"), pos_emb=N_("the embedding"), ln1=N_("the norm (rmsnorm)"),
+                qkv=N_("attention"), attn_proj=N_("attention"), ln2=N_("the norm (rmsnorm)"), fc=N_("the MLP"),
+                mlp_proj=N_("the MLP"), ln_f=N_("the norm (rmsnorm)"), lm_head=N_("the head"))  # fmt: skip
 
 
 def _piece(path: str) -> str:

@@ -107,15 +107,20 @@ def solution_sample_step(model, idx, temperature, top_k, top_p, generator) -> to
     return torch.multinomial(probs, num_samples=1, generator=generator)  # [B, 1]
 
 
-def _step(model, idx, temperature, top_k, top_p, generator, *, eval_mode=True, restore=True):
+def _step(model, idx, temperature, top_k, top_p, generator, *, eval_mode=True, restore=True,
+          at=-1, tau=True, filter_first=False):  # fmt: skip
     """A sampling step with one switch flipped (none: the reference)."""
     was_training = model.training
     model.train(was_training and not eval_mode)
-    logits = model(idx[:, -model.cfg.block_size :])[0][:, -1]
+    with torch.no_grad():
+        logits = model(idx[:, -model.cfg.block_size :])[0][:, at]
     model.train(was_training if restore else model.training)
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    probs = _library_filter(logits / temperature, top_k, top_p).softmax(dim=-1)
+    if filter_first:
+        logits = _library_filter(logits, top_k, top_p)
+    scaled = logits / temperature if tau else logits
+    probs = (scaled if filter_first else _library_filter(scaled, top_k, top_p)).softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator)
 
 
@@ -125,6 +130,12 @@ STEP_MISTAKES = [
     (N_("the model came in in training mode and your step left it in eval mode: a loop that "
         "samples between training steps would train on without dropout"),
      partial(_step, restore=False)),
+    (N_("the next token was drawn from the first position's logits: every step predicts what "
+        "follows the context's first token, whatever came after it"), partial(_step, at=0)),
+    (N_("top-k and top-p ran before the temperature: the nucleus was cut from the distribution at "
+        "τ = 1, not from the one the temperature makes"), partial(_step, filter_first=True)),
+    (N_("the temperature is never applied: every temperature above 0 samples as τ = 1 would"),
+     partial(_step, tau=False)),
 ]  # fmt: skip
 
 STEP_ERROR_HINTS = [

@@ -356,6 +356,8 @@ SAMPLE_MISTAKES = [  # each (message, the reference run another way)
      lambda s, f, w, *a: s(lambda w, idx, h: f(w, idx, h)[:, :1], w, *a)),
     (N_("each name still starts with the BOS id it was started from"),
      lambda s, f, w, h, bos, *a: [[bos, *name] for name in s(f, w, h, bos, *a)]),
+    (N_("top_k is never applied: at a setting with top_k every token can still be drawn"),
+     lambda s, f, w, h, bos, num, g, t, k, n: s(f, w, h, bos, num, g, t, None, n)),
 ]
 # fmt: on
 SAMPLE_SETTINGS = ((1.0, None), (0.7, 5), (1.5, 3))  # (temperature, top_k), one per trial

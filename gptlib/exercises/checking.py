@@ -510,6 +510,18 @@ def _ids(got: torch.Tensor, expected: torch.Tensor) -> str | None:
     return said.format(got=len(g), expected=len(e), i=agree, a=g[agree], b=e[agree])
 
 
+def _not_ids(got, expected) -> str | None:
+    """Where the reference returns a tensor of ids: a list, or ids of another dtype, said."""
+    if not isinstance(expected, torch.Tensor) or expected.is_floating_point():
+        return None
+    want = "long" if expected.dtype == torch.long else str(expected.dtype).removeprefix("torch.")
+    if not isinstance(got, torch.Tensor):
+        said = _("returned a {kind}, not a tensor of {dtype} ids")
+        return said.format(kind=type(got).__name__, dtype=want)
+    said = _("returned {dtype}, not a tensor of {expected} ids")
+    return None if got.dtype == expected.dtype else said.format(dtype=got.dtype, expected=want)
+
+
 def _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start) -> str:
     """What is wrong with outputs that differ: a known slip names itself (by values or shape;
     each run from the global random state `start`), else `describe` in the exercise's terms,
@@ -676,10 +688,10 @@ def compare(
             except Exception as e:  # the reader's code failed: say how
                 said = _("✗ {name}: your function raised {kind}: {error}")
                 return CheckResult(False, said.format(name=name, kind=type(e).__name__, error=e))
-            problem = None
-            if not close(got, expected, atol, rtol):
+            problem = _not_ids(got, expected)
+            if problem is None and not close(got, expected, atol, rtol):
                 problem = _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start)
-            else:
+            elif problem is None:
                 names = _input_names(reference_fn, inputs)
                 problem = _side_effect(names, inputs, snapshot, stream,
                                        graphs if no_grad else [])  # fmt: skip

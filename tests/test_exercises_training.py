@@ -108,7 +108,16 @@ def test_train_itself_is_refused():
 
 def test_wrong_number_of_losses_is_reported():
     message = training.check_train_loop(lambda *a: training.solution_train_loop(*a)[-1:]).message
-    assert "output has shape [1], expected [6]" in message
+    assert "your loop returned 1 loss value(s) for the 6 steps" in message
+
+
+def test_an_unknown_loop_slip_is_told_by_the_step_where_the_losses_part():
+    def late_lr(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+        return training.solution_train_loop(model, optimizer, tokens, steps, batch_size,
+                                            max_lr * 1.5, warmup, clip, seed)  # fmt: skip
+
+    message = training.check_train_loop(late_lr).message
+    assert "your losses part from the reference's at step 1:" in message, message
 
 
 def test_loop_check_leaves_the_global_random_stream_alone():

@@ -522,6 +522,25 @@ def _not_ids(got, expected) -> str | None:
     return None if got.dtype == expected.dtype else said.format(dtype=got.dtype, expected=want)
 
 
+def steps_differ(got, expected) -> str | None:
+    """How a training loop's (losses, final weights) differ, for the loops of notebooks 10 and
+    14: the first step whose loss parts, else the weights."""
+    (losses, weights), (ref, ref_weights) = got, expected
+    if losses.shape != ref.shape:
+        said = _("your loop returned {got} loss value(s) for the {steps} steps")
+        return said.format(got=losses.numel(), steps=ref.numel())
+    parted = (~torch.isclose(losses, ref, rtol=1e-6, atol=1e-8)).nonzero()
+    if len(parted):
+        i = int(parted[0])
+        said = _(
+            "your losses part from the reference's at step {i}: yours {a}, the reference's {b}"
+        )
+        return said.format(i=i, a=f"{float(losses[i]):.6g}", b=f"{float(ref[i]):.6g}")
+    said = _("the losses are the reference's at every step, but the final weights differ "
+             "({difference})")  # fmt: skip
+    return said.format(difference=difference(weights, ref_weights))
+
+
 def _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start) -> str:
     """What is wrong with outputs that differ: a known slip names itself (by values or shape;
     each run from the global random state `start`), else `describe` in the exercise's terms,

@@ -8,7 +8,7 @@ import torch
 
 from gptlib.config import textbook
 from gptlib.data import sample_batch
-from gptlib.exercises.checking import compare, solved_by
+from gptlib.exercises.checking import compare, solved_by, steps_differ
 from gptlib.language import N_
 from gptlib.model import GPT
 from gptlib.train import estimate_loss, learning_rate, make_optimizer, train
@@ -98,7 +98,7 @@ def check_train_loop(train_loop):
     return compare("train_loop", lambda *inputs: _run_loop(train_loop, *inputs),
                    partial(_run_loop, _taught), lambda g: (*_tiny(g, 0.1), g.initial_seed()),
                    [(hint, partial(_run_loop, wrong)) for hint, wrong in LOOP_MISTAKES],
-                   trials=2, atol=1e-6, rtol=1e-6, grads=False)  # fmt: skip
+                   trials=2, atol=1e-6, rtol=1e-6, grads=False, describe=steps_differ)  # fmt: skip
 
 
 def solution_validation_loss(model, tokens, batch_size, n_batches, seed):

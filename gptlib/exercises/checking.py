@@ -488,7 +488,7 @@ def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol, locate) -> str 
 
 
 def _ids(got: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """How integer outputs (ids) differ: where they part and what each holds there."""
+    """How integer outputs (ids) differ: where, and what each holds there; or how many."""
     if got.is_floating_point() or expected.is_floating_point():
         return None
     if got.shape == expected.shape:
@@ -496,18 +496,12 @@ def _ids(got: torch.Tensor, expected: torch.Tensor) -> str | None:
         said = _("at index {index} yours is id {got} where the reference has {expected}")
         index = where[0] if len(where) == 1 else where
         return said.format(index=index, got=int(got[where]), expected=int(expected[where]))
-    if got.dim() != 1 or expected.dim() != 1:
-        return None
-    g, e = got.tolist(), expected.tolist()
-    agree = next((i for i, (a, b) in enumerate(zip(g, e, strict=False)) if a != b), None)
-    if agree is None:
-        said = _(
-            "you returned {got} ids where the reference returns {expected}; the first {n} agree"
-        )
-        return said.format(got=len(g), expected=len(e), n=min(len(g), len(e)))
-    said = _("you returned {got} ids where the reference returns {expected}; they part at "
-             "position {i}, where yours is {a} and the reference's {b}")  # fmt: skip
-    return said.format(got=len(g), expected=len(e), i=agree, a=g[agree], b=e[agree])
+    g, e = got.flatten().tolist(), expected.flatten().tolist()
+    n = next((i for i, (a, b) in enumerate(zip(g, e, strict=False)) if a != b), min(len(g), len(e)))
+    said = _("you returned {got} ids where the reference returns {expected}; the first {n} agree")
+    return (
+        said.format(got=len(g), expected=len(e), n=n) if got.dim() == expected.dim() == 1 else None
+    )
 
 
 def _not_ids(got, expected) -> str | None:
@@ -541,7 +535,7 @@ def steps_differ(got, expected) -> str | None:
     return said.format(difference=difference(weights, ref_weights))
 
 
-def _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start) -> str:
+def mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start) -> str:
     """What is wrong with outputs that differ: a known slip names itself (by values or shape;
     each run from the global random state `start`), else `describe` in the exercise's terms,
     else which output differs and how."""
@@ -560,53 +554,38 @@ def _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start) -> s
     if len(exp_t) != len(got_t):
         said = _("returned {got} value(s), expected {expected}")
         return said.format(got=len(got_t), expected=len(exp_t))
-    for i, (e_, g_) in enumerate(zip(map(torch.as_tensor, exp_t), map(torch.as_tensor, got_t),
-                                     strict=True)):  # fmt: skip
-        if g_.shape == e_.shape and close(g_, e_, atol, rtol):
-            continue
-        said = _ids(g_, e_)
-        if said is None and g_.shape != e_.shape:
-            said = _("output has shape {got}, expected {expected}")
-            said = said.format(got=list(g_.shape), expected=list(e_.shape))
-        elif said is None:
-            said = _("values differ from the reference ({difference})")
-            said = said.format(difference=difference(g_, e_))
-        which = _("output {i} of the {n} returned: {problem}")
-        return which.format(i=i, n=len(exp_t), problem=said) if len(exp_t) > 1 else said
-    return _("values differ from the reference ({difference})").format(
-        difference=difference(got_t, exp_t)
+    pairs = [(torch.as_tensor(g), torch.as_tensor(e)) for g, e in zip(got_t, exp_t, strict=True)]
+    i = next(
+        i for i, (g, e) in enumerate(pairs) if g.shape != e.shape or not close(g, e, atol, rtol)
     )
+    (g, e), said = pairs[i], _("output has shape {got}, expected {expected}")
+    said = _ids(g, e) or said.format(got=list(g.shape), expected=list(e.shape))
+    if g.shape == e.shape and g.is_floating_point():
+        said = _("values differ from the reference ({difference})")
+        said = said.format(difference=difference(g, e))
+    which = _("output {i} of the {n} returned: {problem}")
+    return which.format(i=i, n=len(exp_t), problem=said) if len(exp_t) > 1 else said
 
 
 # ---------------------------------------------------------------------------------------------
 # Side effects: one rule for every check (README, "Exercises")
 
 
-def _snapshot(x):
-    """A copy of the tensors and lists inside x (tuples, lists, dicts); anything else as is."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().clone()
-    if isinstance(x, dict):
-        return {k: _snapshot(v) for k, v in x.items()}
-    return [_snapshot(v) for v in x] if isinstance(x, (list, tuple)) else x
+def _leaves(x, path: str) -> list:
+    """(path, value) for x and everything inside its tuples, lists and dicts, tensors copied."""
+    items = (
+        x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, (list, tuple)) else 0
+    )
+    if not items:
+        return [(path, x.detach().clone() if isinstance(x, torch.Tensor) else x)]
+    inside = (_leaves(v, f"{path}[{k!r}]" if path else k) for k, v in items)  # inputs by name
+    return [(path, len(x)), *(leaf for leaves in inside for leaf in leaves)]
 
 
-def _changed(x, before, path: str) -> str | None:
-    """The path of the first tensor or list inside x that no longer equals its snapshot."""
-    if isinstance(x, torch.Tensor):
-        x = x.detach()
-        same = x.shape == before.shape and bool((x.eq(before) | x.isnan() & before.isnan()).all())
-        return None if same else path
-    if isinstance(x, (int, float, str)):
-        return None if x == before else path
-    if isinstance(x, (dict, list, tuple)):
-        keys = list(x) if isinstance(x, dict) else range(len(x))
-        if len(x) != len(before) or (isinstance(x, dict) and list(before) != list(x)):
-            return path
-        for k, b in zip(keys, before.values() if isinstance(x, dict) else before, strict=True):
-            if (where := _changed(x[k], b, f"{path}[{k!r}]")) is not None:
-                return where
-    return None
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool((a.eq(b) | a.isnan() & b.isnan()).all())
+    return a is b or (type(a) is type(b) and not isinstance(a, torch.Tensor) and a == b)
 
 
 _graphs: list[bool] | None = None  # while a check watches: whether each forward built a graph
@@ -614,7 +593,7 @@ _graphs: list[bool] | None = None  # while a check watches: whether each forward
 
 def watched(fn: Callable) -> Callable:
     """`fn` (a forward handed to the reader's code) noting, while a check watches, whether it
-    ran with gradients on."""
+    ran with gradients on; every module's forward is noted too."""
 
     def run(*args, **kwargs):
         if _graphs is not None:
@@ -625,27 +604,23 @@ def watched(fn: Callable) -> Callable:
 
 
 @contextlib.contextmanager
-def _watching(inputs: tuple) -> Iterator[list[bool]]:
-    """Note whether each module among the inputs (and each `watched` forward) builds a graph."""
+def _watching() -> Iterator[list[bool]]:
     global _graphs
-    seen: list[bool] = []
-    modules = [m for x in inputs if isinstance(x, torch.nn.Module) for m in x.modules()]
-    hooks = [m.register_forward_pre_hook(lambda *_: seen.append(torch.is_grad_enabled()))
-             for m in modules]  # fmt: skip
-    before, _graphs = _graphs, seen
+    before, _graphs = _graphs, []
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(watched(lambda *_: None))
     try:
-        yield seen
+        yield _graphs
     finally:
+        hook.remove()
         _graphs = before
-        for hook in hooks:
-            hook.remove()
 
 
-def _side_effect(names, inputs, snapshot, stream, graphs) -> str | None:
-    """What the reader's call did beyond its output: an input changed in place, torch's global
-    random stream moved otherwise than by the reference, a graph built where none is needed."""
-    for name, x, before in zip(names, inputs, snapshot, strict=True):
-        if (where := _changed(x, before, name)) is not None:
+def _side_effect(before: list, after: list, stream, graphs) -> str | None:
+    """What the reader's call did beyond its output: an input changed in place (`_leaves` of the
+    inputs before and after), torch's global random stream moved otherwise than by the
+    reference, a graph built where none is needed."""
+    for (where, was), (_path, now) in zip(before, after, strict=True):
+        if not _same(was, now):
             said = _("your function changed its input {name} in place: after the call the "
                      "caller's {name} holds other values than it handed you")  # fmt: skip
             return said.format(name=where)
@@ -697,10 +672,11 @@ def compare(
             inputs = make_inputs(torch.Generator().manual_seed(1000 + trial))
             torch.set_rng_state(start)
             expected = reference_fn(*inputs)
-            stream, snapshot = torch.get_rng_state(), _snapshot(list(inputs))
+            by_name = dict(zip(_input_names(reference_fn, inputs), inputs, strict=True))
+            stream, before = torch.get_rng_state(), _leaves(by_name, "")[1:]
             torch.set_rng_state(start)
             try:
-                with _watching(inputs) as graphs:
+                with _watching() as graphs:
                     got = user_fn(*inputs)
             except NotImplementedError:
                 return not_written(name)
@@ -709,11 +685,10 @@ def compare(
                 return CheckResult(False, said.format(name=name, kind=type(e).__name__, error=e))
             problem = _not_ids(got, expected)
             if problem is None and not close(got, expected, atol, rtol):
-                problem = _mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start)
+                problem = mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start)
             elif problem is None:
-                names = _input_names(reference_fn, inputs)
-                problem = _side_effect(names, inputs, snapshot, stream,
-                                       graphs if no_grad else [])  # fmt: skip
+                after = _leaves(by_name, "")[1:]  # the inputs as they are after the call
+                problem = _side_effect(before, after, stream, graphs if no_grad else [])
             if problem is None and grads:
                 torch.set_rng_state(start)
                 problem = _gradient_problem(user_fn, reference_fn, inputs, atol, rtol, locate)

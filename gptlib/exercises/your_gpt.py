@@ -19,7 +19,7 @@ from gptlib.exercises.checking import (
     CheckResult,
     close,
     compare,
-    difference,
+    mismatch,
     solved_by,
     steps_differ,
     watched,
@@ -227,9 +227,11 @@ def _forward_inputs(g: torch.Generator, pieces=None) -> tuple:
 
 
 # The piece each weight of gpt_weights belongs to, in the forward's order.
-PIECE_OF = dict(tok_emb=N_("the embedding"), pos_emb=N_("the embedding"), ln1=N_("the norm (rmsnorm)"),
-                qkv=N_("attention"), attn_proj=N_("attention"), ln2=N_("the norm (rmsnorm)"), fc=N_("the MLP"),
-                mlp_proj=N_("the MLP"), ln_f=N_("the norm (rmsnorm)"), lm_head=N_("the head"))  # fmt: skip
+# The piece each weight of gpt_weights belongs to, in the forward's order.
+NORM, PIECE_OF = N_("the norm (rmsnorm)"), dict(tok_emb=N_("the embedding"), qkv=N_("attention"),
+                                                fc=N_("the MLP"), lm_head=N_("the head"))  # fmt: skip
+PIECE_OF.update(pos_emb=PIECE_OF["tok_emb"], attn_proj=PIECE_OF["qkv"], mlp_proj=PIECE_OF["fc"],
+                ln1=NORM, ln2=NORM, ln_f=NORM)  # fmt: skip
 
 
 def _piece(path: str) -> str:
@@ -245,25 +247,22 @@ def locate_cut(found: list) -> str:
                  "the path from {weight} to it is cut ({piece} or what follows it is detached or "
                  "under no_grad)")  # fmt: skip
         return said.format(weight=missing[-1], piece=_(_piece(missing[-1])))
-    if missing:
-        piece = _piece(missing[-1])  # the cut piece's own weights get none; those before, others
-        cut = [path for path in missing if _piece(path) == piece]
+    if missing:  # the cut piece's own weights get none; those before it, others
+        cut = [path for path in missing if _piece(path) == _piece(missing[-1])]
         said = _("the weights of {piece} get no gradient ({weights}): the output is right, but "
                  "{piece} runs under no_grad or is detached, so it would not learn")  # fmt: skip
         weights = ", ".join(cut[:2]) + (", …" if len(cut) > 2 else "")
-        return said.format(piece=_(piece), weights=weights)
+        return said.format(piece=_(_piece(cut[0])), weights=weights)
     i = max(i for i, (_p, status, _d) in enumerate(found) if status == "wrong")
-    bad, diff = found[i][0], found[i][2]
     if i + 1 == len(found):
         said = _("the output is right, but the gradient of every weight is wrong ({difference}): "
                  "the cut lies after the head, in the logits")  # fmt: skip
-        return said.format(difference=diff)
-    good = found[i + 1][0]
-    if _piece(good) == _piece(bad) != PIECE_OF["ln1"]:
-        where = _("inside {piece}").format(piece=_(_piece(bad)))
-    elif _piece(good) == PIECE_OF["ln1"]:
+        return said.format(difference=found[i][2])
+    (bad, _s, diff), (good, _r, _e) = found[i], found[i + 1]
+    where = _("inside {piece}")  # the cut piece's later weights get theirs right
+    if _piece(good) == NORM:
         where = _("in the rmsnorm with gain {good}, or in the residual sum it reads")
-    else:
+    elif _piece(bad) == NORM:
         where = _("in {piece}, where it reads the output of the rmsnorm with gain {bad}")
     said = _("the output is right, but the gradients of {bad} and of weights before it are wrong "
              "({difference}), while {good} and every weight after it get the right ones: the cut "
@@ -497,17 +496,13 @@ def _calls_differ(got, expected) -> str | None:
         if not close(mine, ref, 1e-5, 1e-4):
             said = _("the logits of call {i} (positions {a} to {b}) differ from the reference's: "
                      "{difference}")  # fmt: skip
-            shape = list(torch.as_tensor(mine).shape)
-            how = _("shape {got}, expected {expected}").format(got=shape, expected=list(ref.shape))
-            how = difference(mine, ref) if shape == list(ref.shape) else how
+            how = mismatch(mine, ref, (), (), 1e-5, 1e-4, None, None)
             return said.format(i=i, a=at, b=at + ref.size(1) - 1, difference=how)
         at += ref.size(1)
-    for i, (mine, ref) in enumerate(zip(cache, ref_cache, strict=True)):
-        if not close(mine, ref, 1e-5, 1e-4):
-            said = _("the logits are right, but the (k, v) your cache holds for block {i} after "
-                     "the last call differ from the reference's")  # fmt: skip
-            return said.format(i=i)
-    return None
+    said = _("the logits are right, but the (k, v) your cache holds for block {i} after the last "
+             "call differ from the reference's")  # fmt: skip
+    return said.format(i=next(i for i, (a, b) in enumerate(zip(cache, ref_cache, strict=True))
+                              if not close(a, b, 1e-5, 1e-4)))  # fmt: skip
 
 
 @solved_by(forward_cached)

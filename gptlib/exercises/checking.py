@@ -1,8 +1,9 @@
 """What every `check_*` shares: one comparator (`compare`), the stub's answer (`not_written`),
 the reference one deliberate step away (`show_solution`), and the refusal of a library call
-that does the whole exercise, read from the reader's source (`shortcut`). Nothing is patched and
-nothing traced: a check is a learning aid, and a copied or disguised answer passes and teaches
-nothing.
+that does the whole exercise, read from the reader's source (`shortcut`), and one rule for side
+effects (`_side_effect`, said in the README). Nothing is patched and nothing traced (a check
+notes only whether a forward ran with gradients on, where the page runs it under no_grad): a
+check is a learning aid, and a copied or disguised answer passes and teaches nothing.
 """
 
 from __future__ import annotations
@@ -573,11 +574,9 @@ def mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start) -> st
 
 def _leaves(x, path: str) -> list:
     """(path, value) for x and everything inside its tuples, lists and dicts, tensors copied."""
-    items = (
-        x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, (list, tuple)) else 0
-    )
-    if not items:
+    if not isinstance(x, (dict, list, tuple)):
         return [(path, x.detach().clone() if isinstance(x, torch.Tensor) else x)]
+    items = x.items() if isinstance(x, dict) else enumerate(x)
     inside = (_leaves(v, f"{path}[{k!r}]" if path else k) for k, v in items)  # inputs by name
     return [(path, len(x)), *(leaf for leaves in inside for leaf in leaves)]
 

@@ -277,3 +277,59 @@ def test_what_an_exercise_allows_still_works():
 
 def test_an_exercise_without_refusals_refuses_nothing():
     assert shortcut("merge_heads", [_sdpa]) is None
+
+
+# --- a shortcut imported or built inside the body is the same shortcut ------------------------
+
+
+def _adamw_built_in_the_body(param, grad, exp_avg, exp_avg_sq, steps_done, lr, betas, eps, wd):
+    from torch.optim import AdamW
+
+    p = torch.nn.Parameter(param.clone())
+    p.grad = grad
+    AdamW([p], lr=lr, betas=betas, eps=eps, weight_decay=wd).step()
+    return p.detach(), exp_avg, exp_avg_sq
+
+
+def _clip_imported_in_the_body(grads, max_norm):
+    from torch.nn.utils import get_total_norm as total
+
+    norm = total(grads)
+    return norm, [g * min(1.0, max_norm / (float(norm) + 1e-6)) for g in grads]
+
+
+def _rms_norm_imported_in_the_body(x, gain, eps=1e-5):
+    import torch.nn.functional as G
+
+    return G.rms_norm(x, (x.size(-1),), gain, eps)
+
+
+def _attention_module_built_in_the_body(q, k, v):
+    attn = CausalSelfAttention(TINY)
+    return attn(q)
+
+
+@pytest.mark.parametrize(
+    "name, fn, shown",
+    [
+        ("adamw_step", _adamw_built_in_the_body, "torch.optim.AdamW"),
+        ("clip_grad_norm", _clip_imported_in_the_body, "torch.nn.utils.get_total_norm"),
+        ("rmsnorm", _rms_norm_imported_in_the_body, "F.rms_norm"),
+        ("causal_attention", _attention_module_built_in_the_body, "CausalSelfAttention.forward"),
+    ],
+)
+def test_a_shortcut_imported_or_built_in_the_body_is_refused(name, fn, shown):
+    assert shortcut(name, [fn]) == _message(name, shown)
+
+
+def test_a_hand_derived_backward_that_imports_autograd_in_its_body_is_refused():
+    def rmsnorm_backward(x, weight, grad_out, eps):
+        from torch.autograd import grad
+
+        x = x.detach().requires_grad_(True)
+        w = weight.detach().requires_grad_(True)
+        y = x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * w
+        return grad(y, (x, w), grad_out)
+
+    message = ex.check_rmsnorm_backward(rmsnorm_backward).message
+    assert message.startswith("✗ rmsnorm_backward: write this one by hand: it calls autograd")

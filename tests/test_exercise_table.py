@@ -67,3 +67,36 @@ def test_the_readme_counts_the_records():
     ):
         text = re.sub(r"\s+", " ", (ROOT / readme).read_text(encoding="utf-8"))
         assert said in text, f"{readme} does not say {said!r}"
+
+
+def _cells(notebook: str) -> list[str]:
+    [path] = sorted((ROOT / "notebooks").glob(f"{notebook}_*.ipynb"))
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+
+
+def test_the_notebooks_that_use_each_kept_piece_are_the_records():
+    """`used` lists every notebook whose code asks yours.use(check) after the check runs (its own
+    notebook when a later cell does): what "kept as ...: later notebooks use it" rests on."""
+    notebooks = sorted({p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")})
+    code = {nb: _cells(nb) for nb in notebooks}
+    for record in EXERCISES:
+        own = code[record.notebook]
+        checked = min(i for i, c in enumerate(own) if re.search(rf"(?<!use\(){record.check}\(", c))
+        found = {
+            nb
+            for nb, cells in code.items()
+            for i, cell in enumerate(cells)
+            if f"use({record.check})" in cell or f"use({record.check}," in cell
+            if nb != record.notebook or i > checked
+        }
+        assert sorted(found) == record.used.split(), record.check
+
+
+def test_a_kept_piece_says_who_uses_it():
+    line = lambda check: ex.checking.kept_line(check).format(path="p")  # noqa: E731
+    assert line("check_causal_attention") == "kept as p: later notebooks use it"  # 04, 14, 15
+    assert line("check_temperature_probs") == "kept as p: the cells below use it"  # 08 only
+    assert line("check_rmsnorm_backward") == "kept as p"  # nothing uses it
+    for check in ("check_encode_stream", "check_stack_gradients", "check_post_norm_block"):
+        assert "later notebooks" not in line(check)

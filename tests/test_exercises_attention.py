@@ -84,3 +84,65 @@ def test_an_unknown_slip_reports_the_difference_and_a_shape():
     assert "largest difference" in check(_reader(scale=lambda q: 3.0)).message
     message = check(lambda q, k, v: q[..., :1]).message
     assert "[2, 3, 6, 1]" in message and "[2, 3, 6, 4]" in message  # given and expected shapes
+
+
+def _future(n):
+    return torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+
+
+def _zero_filled(q, k, v):
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    return scores.masked_fill(_future(q.size(-2)), 0.0).softmax(-1) @ v
+
+
+def _tril(q, k, v):
+    return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).tril().softmax(dim=-1) @ v
+
+
+def _by_d_h(q, k, v):
+    scores = q @ k.transpose(-2, -1) / q.size(-1)
+    return scores.masked_fill(_future(q.size(-2)), float("-inf")).softmax(-1) @ v
+
+
+def _k_q(q, k, v):
+    scores = k @ q.transpose(-2, -1) / q.size(-1) ** 0.5
+    return scores.masked_fill(_future(q.size(-2)), float("-inf")).softmax(-1) @ v
+
+
+def _q_v_k(q, v, k):  # the arguments read in another order than they are handed
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    return scores.masked_fill(_future(q.size(-2)), float("-inf")).softmax(-1) @ v
+
+
+@pytest.mark.parametrize(
+    "wrong, meaning",
+    [
+        (_zero_filled, "set to 0, not -inf"),
+        (_tril, "set to 0, not -inf"),
+        (_by_d_h, "divided by d_h, not by sqrt(d_h)"),
+        (_k_q, "score matrix is transposed"),
+        (_q_v_k, "k and v played each other's roles"),
+    ],
+)
+def test_promised_common_slips_as_a_reader_writes_them(wrong, meaning):
+    result = check(wrong)
+    assert not result.passed and meaning in result.message, result.message
+
+
+def test_transposing_the_heads_and_positions_is_not_told_dot_t():
+    def wrong(q, k, v):
+        scores = q @ k.transpose(1, 2) / q.size(-1) ** 0.5  # [B, n, h, d_h]: not the last two
+        return scores.masked_fill(_future(q.size(-2)), float("-inf")).softmax(-1) @ v
+
+    message = check(wrong).message
+    assert "k.transpose(1, 2) swaps the heads with the positions" in message
+    assert "if you wrote k.T" not in message
+
+
+def test_an_unknown_slip_is_told_by_head_and_position():
+    def one_head_off(q, k, v):  # head 1 scaled by 3 where the others are right
+        scale = torch.tensor([1.0, 3.0, 1.0]).view(1, 3, 1, 1)
+        return attention.solution_causal_attention(q * scale, k, v)
+
+    message = check(one_head_off).message
+    assert "in head 1 of sequence 0" in message and "largest difference" in message

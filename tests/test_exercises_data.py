@@ -60,3 +60,19 @@ def test_a_stream_that_is_not_long_ids_is_named_without_blaming_a_raise(convert,
 def test_a_failing_function_is_reported_as_its_own_error():
     result = check_encode_stream(lambda documents, tokenizer: documents[99])
     assert not result.passed and "IndexError" in result.message
+
+
+def test_other_ids_are_told_by_position_not_by_a_difference_of_ids():
+    def shifted_bos(documents, tokenizer):  # BOS one id off: no row of the table
+        ids = solution_encode_stream(documents, tokenizer)
+        return ids.masked_fill(ids == tokenizer.bos_id, tokenizer.bos_id - 1)
+
+    def one_more(documents, tokenizer):  # a BOS too many at the end
+        ids = solution_encode_stream(documents, tokenizer)
+        return torch.cat([ids, ids[:1]])
+
+    message = check_encode_stream(shifted_bos).message
+    assert "at index 0 yours is id" in message and "largest difference" not in message
+    message = check_encode_stream(one_more).message
+    assert "ids where the reference returns" in message and "the first" in message
+    assert "shape" not in message

@@ -45,3 +45,11 @@ def test_forgotten_second_layer_reports_the_shape():
     result = mlp.check_mlp(lambda x, w_fc, w_proj, act: act(x @ w_fc.T))
     # The symptom: the shape it gave, [B, n, 4d], and the shape expected, [B, n, d].
     assert not result.passed and "[2, 5, 32]" in result.message and "[2, 5, 8]" in result.message
+
+
+def test_gelu_hard_coded_is_named_as_relu_hard_coded_is():
+    def mlp_forward(x, w_fc, w_proj, activation):
+        return F.gelu(x @ w_fc.T) @ w_proj.T  # the activation handed in is never used
+
+    message = mlp.check_mlp(mlp_forward).message
+    assert "your output is GELU's whatever activation is passed" in message

@@ -303,3 +303,48 @@ def test_checks_leave_the_global_rng_alone():
     norms.check_post_norm_block(norms.solution_post_norm_block)
     norms.check_rmsnorm_backward(norms.solution_rmsnorm_backward)
     assert torch.equal(torch.random.get_rng_state(), before)
+
+
+@pytest.mark.parametrize(
+    "rmsnorm, meaning",
+    [
+        (lambda x, gain, eps=1e-5: x / x.pow(2).mean(-1, keepdim=True).sqrt() * gain, "eps is missing"),
+        (lambda x, gain, eps=1e-5: x / (x.pow(2).sum(-1, keepdim=True) / (x.size(-1) - 1) + eps).sqrt() * gain,
+         "divided by d - 1"),
+        (lambda x, gain, eps=1e-5: x / (x.std(-1, keepdim=True) + eps) * gain, "the standard deviation"),
+        (lambda x, gain, eps=1e-5: x / torch.sqrt(x.var(-1, keepdim=True) + eps) * gain,
+         "the standard deviation"),
+    ],
+)  # fmt: skip
+def test_rmsnorm_common_slips_as_a_reader_writes_them(rmsnorm, meaning):
+    assert meaning in _message(norms.check_rmsnorm, rmsnorm)
+
+
+def _nn_module(x, gain, eps=1e-5):
+    m = torch.nn.RMSNorm(x.size(-1), eps=eps, elementwise_affine=False)
+    return m(x) * gain
+
+
+def _gptlib_module_built_in_the_body(x, gain, eps=1e-5):
+    from gptlib.norms import RMSNorm
+
+    return torch.func.functional_call(RMSNorm(x.size(-1), eps), {"weight": gain}, (x,))
+
+
+@pytest.mark.parametrize(
+    "fn, named", [(_nn_module, "nn.RMSNorm"), (_gptlib_module_built_in_the_body, "gptlib.norms")]
+)
+def test_an_rmsnorm_module_built_in_the_body_is_refused(fn, named):  # the page's promise
+    message = _message(norms.check_rmsnorm, fn)
+    assert message.startswith("✗ rmsnorm: write this one yourself") and named in message
+
+
+def test_a_final_norm_in_a_pre_norm_block_is_named():
+    def pre_norm_block(x, sublayers):
+        for norm, f in sublayers:
+            x = x + f(norm(x))
+        return sublayers[-1][0](x)  # the stream normalised on its way out
+
+    assert "the stream went through a norm after the last sublayer" in _message(
+        norms.check_pre_norm_block, pre_norm_block
+    )

@@ -45,3 +45,16 @@ def test_promised_the_stored_block_used_as_x_W_is_named():  # the page's fourth 
 def test_the_whole_weight_untransposed_gets_its_hint():
     result = check_qkv_split(lambda x, w: tuple((x @ w).split(x.size(-1), dim=-1)))
     assert "cannot be multiplied" in result.message and "[out, in]" in result.message
+
+
+@pytest.mark.parametrize(
+    "order, meaning",
+    [("qvk", "k and v come out swapped"), ("vkq", "q and v come out swapped"),
+     ("kvq", "in another order"), ("vqk", "in another order")],
+)  # fmt: skip
+def test_q_k_v_returned_in_another_order_are_named(order, meaning):
+    def qkv_split(x, w_qkv):
+        q, k, v = (x @ w_qkv.T).split(x.size(-1), dim=-1)
+        return tuple({"q": q, "k": k, "v": v}[c] for c in order)
+
+    assert meaning in qkv.check_qkv_split(qkv_split).message

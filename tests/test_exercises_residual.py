@@ -162,3 +162,17 @@ def test_the_word_autograd_in_a_comment_is_not_refused():
 def test_messages_name_the_symptom_not_the_fix(hint):
     for code in ("torch.eye", "reversed", ".T", "@ J", "J.T", "transpose", "flip"):
         assert code not in hint
+
+
+def test_autograd_imported_in_the_body_is_refused():  # the page promises no autograd
+    def with_local_vjp(jacobians, grad_top, residual):
+        from torch.autograd.functional import vjp
+
+        def stack(x):
+            for J in jacobians:
+                x = x + x @ J.T if residual else x @ J.T
+            return x
+
+        return torch.stack([vjp(stack, torch.ones_like(grad_top), grad_top)[1]] * len(jacobians))
+
+    assert _message(with_local_vjp) == residual.autograd_refusal("stack_gradients").message

@@ -29,7 +29,8 @@ def test_each_loop_slip_is_named_by_its_row(i):
     "switches, meaning",
     [
         ({"order": "bcs"}, "without zero_grad the gradients add up"),  # zero_grad missing
-        ({"order": "bzcs"}, "zero_grad came between loss.backward() and the step"),  # misplaced
+        ({"order": "bzcs"}, "no loss.backward() came between zero_grad and the step"),  # late
+        ({"order": "zsbc"}, "no loss.backward() came between zero_grad and the step"),  # step early
         ({"order": "szbc"}, "optimizer.step() runs before loss.backward()"),
         ({"order": "zbsc"}, "comes after optimizer.step()"),  # the clip too late
         ({"each": True}, "clipped on its own"),  # the clip per parameter
@@ -107,7 +108,16 @@ def test_train_itself_is_refused():
 
 def test_wrong_number_of_losses_is_reported():
     message = training.check_train_loop(lambda *a: training.solution_train_loop(*a)[-1:]).message
-    assert "output has shape [1], expected [6]" in message
+    assert "your loop returned 1 loss value(s) for the 6 steps" in message
+
+
+def test_an_unknown_loop_slip_is_told_by_the_step_where_the_losses_part():
+    def late_lr(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+        return training.solution_train_loop(model, optimizer, tokens, steps, batch_size,
+                                            max_lr * 1.5, warmup, clip, seed)  # fmt: skip
+
+    message = training.check_train_loop(late_lr).message
+    assert "your losses part from the reference's at step 1:" in message, message
 
 
 def test_loop_check_leaves_the_global_random_stream_alone():

@@ -57,17 +57,38 @@ def _rms_detached(x, gain, eps=1e-5):
     return x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt().detach() * gain
 
 
-def test_a_piece_right_in_value_but_detached_fails_the_forward_by_its_gradient():
-    message = Y.check_gpt_forward(Y.forward, Y._with(rmsnorm=_rms_detached)).message
-    assert message.startswith("✗ forward: the output is right but the gradient of w['tok_emb']")
+def _mlp_no_grad(x, w_fc, w_proj, activation):
+    with torch.no_grad():
+        return R.mlp_forward(x, w_fc, w_proj, activation)
 
 
-def test_a_detached_forward_is_named_by_its_first_cut_weight():
+def _attention_detached(q, k, v):  # the weights taken out of the graph, the values kept
+    n = q.size(-2)
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    return scores.masked_fill(future, float("-inf")).softmax(-1).detach() @ v
+
+
+@pytest.mark.parametrize(
+    "piece, cut, located",
+    [
+        ("rmsnorm", _rms_detached, "the cut lies in the rmsnorm with gain w['ln_f']"),
+        ("mlp_forward", _mlp_no_grad, "the weights of the MLP get no gradient"),
+        ("causal_attention", _attention_detached, "the cut lies inside attention"),
+    ],
+)
+def test_a_piece_right_in_value_but_cut_is_located_not_blamed_on_the_embedding(piece, cut, located):
+    message = Y.check_gpt_forward(Y.forward, Y._with(**{piece: cut})).message
+    assert message.startswith("✗ forward: ") and located in message, message
+    assert "tok_emb" not in message  # the embedding upstream is not the cut
+
+
+def test_a_detached_forward_is_located_at_the_head():
     def forward(w, idx, n_head, pieces):
         return Y.forward(w, idx, n_head, pieces).detach() + 0 * w["lm_head"].sum()
 
     message = Y.check_gpt_forward(forward).message
-    assert message.startswith("✗ forward: the gradient of w['tok_emb'] is missing")
+    assert message.startswith("✗ forward: no gradient reaches w['lm_head'] or any weight before it")
 
 
 def test_the_training_check_trains_the_forward_it_is_handed():
@@ -76,7 +97,8 @@ def test_the_training_check_trains_the_forward_it_is_handed():
 
     assert Y.check_gpt_train(Y.train_gpt)
     message = Y.check_gpt_train(Y.train_gpt, forward_fn).message
-    assert message.startswith("✗ train_gpt: the forward it trains: the output is right but the ")
+    assert message.startswith("✗ train_gpt: the forward it trains: the output is right, but the ")
+    assert "the cut lies in the rmsnorm" in message
 
 
 def test_a_sampler_that_never_crops_the_context_gets_the_block_hint():
@@ -135,3 +157,28 @@ def test_the_reference_sampler_draws_generates_names(asset):
     out = generate(model, torch.full((6, 1), bos), 12, temperature=0.7, top_k=5,
                    generator=torch.Generator().manual_seed(5), stop_token=bos, use_cache=False)  # fmt: skip
     assert names == [r[: r.index(bos)] if bos in r else r for r in out[:, 1:].tolist()]
+
+
+# --- generic lines in the exercise's terms ----------------------------------------------------
+
+
+def test_a_sampler_that_keeps_the_closing_bos_is_told_which_name_differs():
+    def sample_names(*args):
+        bos = args[3]
+        return [[*name, bos] for name in Y.sample_names(*args)]
+
+    message = Y.check_gpt_sample(sample_names).message
+    assert message.startswith("✗ sample_names: name 0 of the 6 drawn differs: yours is the ids [")
+    assert "shape" not in message
+
+
+def test_a_cache_that_grows_by_a_block_each_call_is_told_in_blocks():
+    def appends(w, idx, cache, n_head, pieces):  # each call's (k, v) added after the old ones
+        mine = list(cache[-len(w["blocks"]) :])
+        logits = Y.forward_cached(w, idx, mine, n_head, pieces)
+        cache.extend(mine)
+        return logits
+
+    message = Y.check_gpt_forward_cached(appends).message
+    assert message.startswith("✗ forward_cached: after the 4 calls your cache holds 8 entries")
+    assert message.endswith("where the model's 2 blocks keep one (k, v) each")

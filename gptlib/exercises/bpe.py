@@ -69,6 +69,11 @@ def _learn(ids, num_merges, merge, *, first_seen=False, runs_once=False, recount
     return merges
 
 
+def _text(ids, pair, new_id):  # the ids written out, the pair replaced in the text
+    text = ",".join(map(str, ids)).replace(f"{pair[0]},{pair[1]}", str(new_id))
+    return [int(t) for t in text.split(",")]
+
+
 # fmt: off
 MISTAKES = [
     (N_("only the first occurrence of the pair was merged; the later ones are still in your list"),
@@ -79,6 +84,9 @@ MISTAKES = [
         "[new, new] where there is room for one merge and an a"), partial(_merge, overlap=True)),
     (N_("the last id of the list is missing from your result when it is not the end of a merged "
         "pair: the loop stopped one id early"), partial(_merge, last=False)),
+    (N_("where two ids only look like the pair when written out ([11, 2] with pair (1, 2) reads "
+        "\"11,2\", which holds \"1,2\") your list has an id that is neither: the pair was matched "
+        "in the text of the ids, not as two whole ids"), _text),
 ]
 LEARN_MISTAKES = [
     (N_("at a tie between equally frequent pairs yours took the pair that occurs first in the "
@@ -99,6 +107,9 @@ ONE_ID_LEFT = [(error, N_("it happened once the list was merged down to one id, 
 def _inputs(g: torch.Generator):
     ids = torch.randint(0, 3, (int(torch.randint(6, 16, (1,), generator=g)),), generator=g)
     ids[2:5] = 1  # always a run of three: the overlapping case; few ids, so pairs repeat
+    if g.initial_seed() % 3 == 2:  # ids whose digits spell the pair across two: 11, 2 and 1, 21
+        ids = torch.tensor([1, 2, 11, 21, 12])[ids.tolist() + [2, 1, 4, 3, 1]]
+        return ids.tolist(), (1, 2), 256
     pair = (1, 1) if int(torch.randint(0, 2, (1,), generator=g)) else tuple(ids[:2].tolist())
     return ids.tolist(), pair, 256
 
@@ -106,7 +117,7 @@ def _inputs(g: torch.Generator):
 @solved_by(solution_merge)
 def check_merge(merge) -> CheckResult:
     """Run `merge(ids, pair, new_id)` on random short id lists with runs of a repeated id."""
-    as_list = lambda ids, pair, new_id: list(merge(list(ids), pair, new_id))  # noqa: E731
+    as_list = lambda ids, pair, new_id: list(merge(ids, pair, new_id))  # noqa: E731
     return compare("merge", as_list, solution_merge, _inputs, MISTAKES, trials=6, grads=False)
 
 

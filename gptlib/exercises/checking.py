@@ -1,8 +1,9 @@
 """What every `check_*` shares: one comparator (`compare`), the stub's answer (`not_written`),
 the reference one deliberate step away (`show_solution`), and the refusal of a library call
-that does the whole exercise, read from the reader's source (`shortcut`). Nothing is patched and
-nothing traced: a check is a learning aid, and a copied or disguised answer passes and teaches
-nothing.
+that does the whole exercise, read from the reader's source (`shortcut`), and one rule for side
+effects (`_side_effect`, said in the README). Nothing is patched and nothing traced (a check
+notes only whether a forward ran with gradients on, where the page runs it under no_grad): a
+check is a learning aid, and a copied or disguised answer passes and teaches nothing.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import sys
 import textwrap
 import tokenize
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from gptlib.exercises import yours
-from gptlib.exercises.table import REFUSALS, Refusal
+from gptlib.exercises.table import EXERCISES, REFUSALS, Refusal
 from gptlib.language import _, comment_sentence
 
 
@@ -59,8 +60,7 @@ def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
                 name = yours.exercise_name(check)
                 path = yours.save(name, fn, yours._notebook_of(name))
                 if path is not None:
-                    kept = _("kept as {path}: later notebooks use it")
-                    kept = kept.format(path=yours.where_kept(name))
+                    kept = kept_line(check.__name__).format(path=yours.where_kept(name))
                     result = CheckResult(True, f"{result.message}\n  {kept}")
             return result
 
@@ -68,6 +68,15 @@ def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
         return checked
 
     return decorate
+
+
+def kept_line(check: str) -> str:
+    """What a pass says of the piece it keeps: which notebooks use it (table's `used`)."""
+    record = next((e for e in EXERCISES if e.check == check), None)
+    used = record.used.split() if record else []
+    if any(notebook != record.notebook for notebook in used):
+        return _("kept as {path}: later notebooks use it")
+    return _("kept as {path}: the cells below use it") if used else _("kept as {path}")
 
 
 def _helpers_of(fn: Callable) -> list[Callable]:
@@ -232,47 +241,71 @@ def _reachable(fns: Sequence[Callable]) -> list[types.FunctionType]:
     return list(found.values())
 
 
-def _resolved(node: ast.expr, namespace: dict) -> object:
-    """What a called name or dotted name (`F.rms_norm`) is in the function's globals."""
+def resolved(node: ast.expr, namespace: dict) -> object:
+    """What a called name or dotted name (`F.rms_norm`) is in the function's namespace."""
     if isinstance(node, ast.Name):
         return namespace.get(node.id, getattr(builtins, node.id, None))
     if isinstance(node, ast.Attribute):
-        owner = _resolved(node.value, namespace)
+        owner = resolved(node.value, namespace)
         return None if owner is None else getattr(owner, node.attr, None)
     return None
 
 
-def _calls(f: types.FunctionType, refusal: Refusal, target: object, node: ast.Call) -> bool:
+def namespace(f: types.FunctionType, tree: ast.AST) -> dict:
+    """`f`'s globals, with what its body imports (`from gptlib.norms import RMSNorm`) and the
+    local names it binds to another (`Norm = nn.RMSNorm`)."""
+    names = dict(f.__globals__)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                with contextlib.suppress(ImportError):
+                    bound = a.name if a.asname else a.name.split(".")[0]
+                    names[a.asname or bound] = importlib.import_module(bound)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                names[a.asname or a.name] = _target(f"{node.module}.{a.name}")
+        elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            for target in (t for t in node.targets if isinstance(t, ast.Name)):
+                names[target.id] = resolved(node.value, names)
+    return names
+
+
+def _calls(names: dict, refusal: Refusal, target: object, node: ast.Call) -> bool:
     owner, attr = refusal.path.rsplit(".", 1)
-    called = _resolved(node.func, f.__globals__)
+    called = resolved(node.func, names)
     if called is not None and called is target:
         return True
-    built = _resolved(node.func.func, f.__globals__) if isinstance(node.func, ast.Call) else None
-    if attr == "forward" and isinstance(built, type) and getattr(built, "forward", None) is target:
-        return True  # a module built and called at once: MLP(cfg)(x) runs MLP.forward
+    if attr == "forward" and isinstance(called, type) and getattr(called, "forward", 0) is target:
+        return True  # a module built in the body (nn.RMSNorm(d)) is there to run its forward
     # a method of an object of the function's own (x.log_softmax(-1)), by its name
     method = node.func.attr if isinstance(node.func, ast.Attribute) else None
     return called is None and method == attr != "forward" and isinstance(_target(owner), type)
 
 
+def source_tree(f: Callable) -> ast.AST | None:
+    """The syntax tree of `f`'s source, or None when there is none to read."""
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(f)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
 def shortcut(name: str, fns: Sequence[Callable]) -> str | None:
     """The refusal message when the reader's source (or a helper of theirs) calls a library
-    function that does exercise `name`'s whole job (its record in `table`), else None."""
+    function that does exercise `name`'s whole job (its record in `table`), or builds the module
+    whose forward does it, else None."""
     targets = [(r, _target(r.path)) for r in REFUSALS.get(name, ())]
     targets = [(r, t) for r, t in targets if t is not None]
     if not targets:
         return None
     for f in _reachable(fns):
-        if (f.__module__ or "").startswith("gptlib."):
+        tree = source_tree(f)
+        if (f.__module__ or "").startswith("gptlib.") or tree is None:
             continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(f)))
-        except (OSError, TypeError, SyntaxError):  # no source to read
-            continue
-        for node in ast.walk(tree):
-            for refusal, target in targets:
-                if isinstance(node, ast.Call) and _calls(f, refusal, target, node):
-                    return refusal_message(name, refusal)
+        names, calls = namespace(f, tree), [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        for refusal, target in targets:  # in the table's order: the call that names the job
+            if any(_calls(names, refusal, target, node) for node in calls):
+                return refusal_message(name, refusal)
     return None
 
 
@@ -300,7 +333,7 @@ def _double(x) -> torch.Tensor:
     return torch.as_tensor(x).detach().double()
 
 
-def _close(a, b, atol: float, rtol: float) -> bool:
+def close(a, b, atol: float, rtol: float) -> bool:
     a, b = _as_tuple(a), _as_tuple(b)
     if len(a) != len(b):
         return False
@@ -396,17 +429,23 @@ def _backward(fn: Callable, inputs: tuple, names: list[str], weights: list | Non
     return outputs, [(p, gr) for (p, _leaf), gr in zip(found, grads, strict=True)], weights
 
 
-def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
-    """What is wrong with the gradients of a function whose outputs are right: an output that
-    carries none, an input (or a weight inside one) that gets none, or one that gets others."""
+def _input_names(reference_fn: Callable, inputs: tuple) -> list[str]:
     try:
         params = list(inspect.signature(reference_fn).parameters)
     except (TypeError, ValueError):
         params = []
-    names = [params[i] if i < len(params) else f"input {i}" for i in range(len(inputs))]
+    return [params[i] if i < len(params) else f"input {i}" for i in range(len(inputs))]
+
+
+def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol, locate) -> str | None:
+    """What is wrong with the gradients of a function whose outputs are right: an output that
+    carries none, or the inputs (and weights inside them) that get none or others, in input
+    order as [(path, "missing" | "wrong" | "right", difference)], said by `locate` or by the
+    first that is not right."""
+    names = _input_names(reference_fn, inputs)
     _outputs, ref_grads, weights = _backward(reference_fn, inputs, names, None)
-    if all(w is None for w in weights):
-        return None  # nothing of the reference's is differentiable
+    if not any(g is not None and bool(g.abs().max() > 0) for _p, g in ref_grads):
+        return None  # nothing reaches the reference's inputs (greedy rows: a one-hot)
     try:
         user_out, user_grads, _weights = _backward(user_fn, inputs, names, weights)
     except Exception as e:  # noqa: BLE001
@@ -424,43 +463,174 @@ def _gradient_problem(user_fn, reference_fn, inputs, atol, rtol) -> str | None:
             said = _("{which} carries no gradient: it was made under torch.no_grad() or "
                      "detached, so nothing before it would learn from the loss")  # fmt: skip
             return said.format(which=which)
+    found = []
     for (name, ref), (_path, got) in zip(ref_grads, user_grads, strict=True):
         if ref is None or not bool(ref.abs().max() > 0):
             continue
         if got is None or not bool(got.abs().max() > 0):
+            found.append((name, "missing", ""))
+        else:
+            right = close(got, ref, 10 * atol, 10 * rtol)
+            found.append((name, "right" if right else "wrong", difference(got, ref)))
+    if locate is not None and any(status != "right" for _n, status, _d in found):
+        return locate(found)
+    for name, status, diff in found:
+        if status == "missing":
             said = _("the gradient of {name} is missing: the output is right, but something "
                      "between {name} and it is detached or under no_grad, so {name} would not "
                      "learn")  # fmt: skip
             return said.format(name=name)
-        if not _close(got, ref, 10 * atol, 10 * rtol):
+        if status == "wrong":
             said = _("the output is right but the gradient of {name} is not ({difference}): "
                      "part of the path from it is hidden from autograd (a .detach(), .data, or "
                      "a value taken out with .item())")  # fmt: skip
-            return said.format(name=name, difference=difference(got, ref))
+            return said.format(name=name, difference=diff)
     return None
 
 
-def _mismatch(got, expected, inputs, mistakes, atol, rtol) -> str:
-    """What is wrong with outputs that differ: a known slip names itself (by values or shape),
-    else the count, the shape or the size of the difference."""
+def _ids(got: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """How integer outputs (ids) differ: where, and what each holds there; or how many."""
+    if got.is_floating_point() or expected.is_floating_point():
+        return None
+    if got.shape == expected.shape:
+        where = tuple(int(i) for i in (got != expected).nonzero()[0])
+        said = _("at index {index} yours is id {got} where the reference has {expected}")
+        index = where[0] if len(where) == 1 else where
+        return said.format(index=index, got=int(got[where]), expected=int(expected[where]))
+    g, e = got.flatten().tolist(), expected.flatten().tolist()
+    n = next((i for i, (a, b) in enumerate(zip(g, e, strict=False)) if a != b), min(len(g), len(e)))
+    said = _("you returned {got} ids where the reference returns {expected}; the first {n} agree")
+    return (
+        said.format(got=len(g), expected=len(e), n=n) if got.dim() == expected.dim() == 1 else None
+    )
+
+
+def _not_ids(got, expected) -> str | None:
+    """Where the reference returns a tensor of ids: a list, or ids of another dtype, said."""
+    if not isinstance(expected, torch.Tensor) or expected.is_floating_point():
+        return None
+    want = "long" if expected.dtype == torch.long else str(expected.dtype).removeprefix("torch.")
+    if not isinstance(got, torch.Tensor):
+        said = _("returned a {kind}, not a tensor of {dtype} ids")
+        return said.format(kind=type(got).__name__, dtype=want)
+    said = _("returned {dtype}, not a tensor of {expected} ids")
+    return None if got.dtype == expected.dtype else said.format(dtype=got.dtype, expected=want)
+
+
+def steps_differ(got, expected) -> str | None:
+    """How a training loop's (losses, final weights) differ, for the loops of notebooks 10 and
+    14: the first step whose loss parts, else the weights."""
+    (losses, weights), (ref, ref_weights) = got, expected
+    if losses.shape != ref.shape:
+        said = _("your loop returned {got} loss value(s) for the {steps} steps")
+        return said.format(got=losses.numel(), steps=ref.numel())
+    parted = (~torch.isclose(losses, ref, rtol=1e-6, atol=1e-8)).nonzero()
+    if len(parted):
+        i = int(parted[0])
+        said = _(
+            "your losses part from the reference's at step {i}: yours {a}, the reference's {b}"
+        )
+        return said.format(i=i, a=f"{float(losses[i]):.6g}", b=f"{float(ref[i]):.6g}")
+    said = _("the losses are the reference's at every step, but the final weights differ "
+             "({difference})")  # fmt: skip
+    return said.format(difference=difference(weights, ref_weights))
+
+
+def mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start) -> str:
+    """What is wrong with outputs that differ: a known slip names itself (by values or shape;
+    each run from the global random state `start`), else `describe` in the exercise's terms,
+    else which output differs and how."""
     for hint, wrong_fn in mistakes:
+        torch.set_rng_state(start)
         try:
             wrong = wrong_fn(*inputs)
         except Exception:  # noqa: BLE001
             continue
-        if _close(got, wrong, atol, rtol):
+        if close(got, wrong, atol, rtol):
             return _(hint)
+    said = describe(got, expected) if describe is not None else None
+    if said:
+        return said
     exp_t, got_t = _as_tuple(expected), _as_tuple(got)
     if len(exp_t) != len(got_t):
         said = _("returned {got} value(s), expected {expected}")
         return said.format(got=len(got_t), expected=len(exp_t))
-    for e_, g_ in zip(exp_t, got_t, strict=True):
-        e_shape, g_shape = list(torch.as_tensor(e_).shape), list(torch.as_tensor(g_).shape)
-        if e_shape != g_shape:
-            said = _("output has shape {got}, expected {expected}")
-            return said.format(got=g_shape, expected=e_shape)
-    said = _("values differ from the reference ({difference})")
-    return said.format(difference=difference(got_t, exp_t))
+    pairs = [(torch.as_tensor(g), torch.as_tensor(e)) for g, e in zip(got_t, exp_t, strict=True)]
+    i = next(
+        i for i, (g, e) in enumerate(pairs) if g.shape != e.shape or not close(g, e, atol, rtol)
+    )
+    (g, e), said = pairs[i], _("output has shape {got}, expected {expected}")
+    said = _ids(g, e) or said.format(got=list(g.shape), expected=list(e.shape))
+    if g.shape == e.shape and g.is_floating_point():
+        said = _("values differ from the reference ({difference})")
+        said = said.format(difference=difference(g, e))
+    which = _("output {i} of the {n} returned: {problem}")
+    return which.format(i=i, n=len(exp_t), problem=said) if len(exp_t) > 1 else said
+
+
+# ---------------------------------------------------------------------------------------------
+# Side effects: one rule for every check (README, "Exercises")
+
+
+def _leaves(x, path: str) -> list:
+    """(path, value) for x and everything inside its tuples, lists and dicts, tensors copied."""
+    if not isinstance(x, (dict, list, tuple)):
+        return [(path, x.detach().clone() if isinstance(x, torch.Tensor) else x)]
+    items = x.items() if isinstance(x, dict) else enumerate(x)
+    inside = (_leaves(v, f"{path}[{k!r}]" if path else k) for k, v in items)  # inputs by name
+    return [(path, len(x)), *(leaf for leaves in inside for leaf in leaves)]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool((a.eq(b) | a.isnan() & b.isnan()).all())
+    return a is b or (type(a) is type(b) and not isinstance(a, torch.Tensor) and a == b)
+
+
+_graphs: list[bool] | None = None  # while a check watches: whether each forward built a graph
+
+
+def watched(fn: Callable) -> Callable:
+    """`fn` (a forward handed to the reader's code) noting, while a check watches, whether it
+    ran with gradients on; every module's forward is noted too."""
+
+    def run(*args, **kwargs):
+        if _graphs is not None:
+            _graphs.append(torch.is_grad_enabled())
+        return fn(*args, **kwargs)
+
+    return run
+
+
+@contextlib.contextmanager
+def _watching() -> Iterator[list[bool]]:
+    global _graphs
+    before, _graphs = _graphs, []
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(watched(lambda *_: None))
+    try:
+        yield _graphs
+    finally:
+        hook.remove()
+        _graphs = before
+
+
+def _side_effect(before: list, after: list, stream, graphs) -> str | None:
+    """What the reader's call did beyond its output: an input changed in place (`_leaves` of the
+    inputs before and after), torch's global random stream moved otherwise than by the
+    reference, a graph built where none is needed."""
+    for (where, was), (_path, now) in zip(before, after, strict=True):
+        if not _same(was, now):
+            said = _("your function changed its input {name} in place: after the call the "
+                     "caller's {name} holds other values than it handed you")  # fmt: skip
+            return said.format(name=where)
+    if not torch.equal(torch.get_rng_state(), stream):
+        return _("your function moved torch's global random stream otherwise than the reference "
+                 "does (it reseeded it with torch.manual_seed, or drew from it): every cell after "
+                 "it would draw other numbers")  # fmt: skip
+    if any(graphs):
+        return _("the forward passes built a graph for a backward that nobody calls, which "
+                 "costs memory and time")  # fmt: skip
+    return None
 
 
 def compare(
@@ -474,13 +644,20 @@ def compare(
     rtol: float = 1e-4,
     error_hints: Sequence[tuple[str, str]] = (),
     grads: bool = True,
+    no_grad: bool = False,
+    describe: Callable | None = None,
+    locate: Callable | None = None,
 ) -> CheckResult:
-    """Run `user_fn` and `reference_fn` on `trials` seeded random inputs; where the outputs
-    agree, compare the gradients they pass back to every floating tensor of the inputs (inside
-    tuples, lists and dicts too) when `grads`.
+    """Run `user_fn` and `reference_fn` on `trials` seeded random inputs, each from the same
+    state of torch's global random stream (given back afterwards); where the outputs agree,
+    hold the reader's call to the side-effect rule (no input changed in place, the global
+    stream moved as the reference moves it, no graph built when `no_grad`), then compare the
+    gradients they pass back to every floating tensor of the inputs when `grads`.
 
     `mistakes` pairs a message with a wrong implementation: output matching one (values and
-    shape) gets its message. `error_hints` pairs a fragment of an error with a hint appended when
+    shape) gets its message; `describe(got, expected)` says in the exercise's terms how other
+    outputs differ; `locate(found)` where the cut lies when gradients differ (see
+    `_gradient_problem`). `error_hints` pairs a fragment of an error with a hint appended when
     the reader's function raises it. A source that calls a refused library function is refused.
     """
     refused = shortcut(name, [user_fn])
@@ -488,22 +665,36 @@ def compare(
         return CheckResult(False, refused)
     if error_hints:
         user_fn = with_error_hints(user_fn, error_hints)
-    for trial in range(trials):
-        inputs = make_inputs(torch.Generator().manual_seed(1000 + trial))
-        expected = reference_fn(*inputs)
-        try:
-            got = user_fn(*inputs)
-        except NotImplementedError:
-            return not_written(name)
-        except Exception as e:  # the reader's code failed: say how
-            said = _("✗ {name}: your function raised {kind}: {error}")
-            return CheckResult(False, said.format(name=name, kind=type(e).__name__, error=e))
-        problem = None
-        if not _close(got, expected, atol, rtol):
-            problem = _mismatch(got, expected, inputs, mistakes, atol, rtol)
-        elif grads:
-            problem = _gradient_problem(user_fn, reference_fn, inputs, atol, rtol)
-        if problem:
-            return CheckResult(False, _("✗ {name}: {problem}").format(name=name, problem=problem))
+    start = torch.get_rng_state()
+    try:
+        for trial in range(trials):
+            inputs = make_inputs(torch.Generator().manual_seed(1000 + trial))
+            torch.set_rng_state(start)
+            expected = reference_fn(*inputs)
+            by_name = dict(zip(_input_names(reference_fn, inputs), inputs, strict=True))
+            stream, before = torch.get_rng_state(), _leaves(by_name, "")[1:]
+            torch.set_rng_state(start)
+            try:
+                with _watching() as graphs:
+                    got = user_fn(*inputs)
+            except NotImplementedError:
+                return not_written(name)
+            except Exception as e:  # the reader's code failed: say how
+                said = _("✗ {name}: your function raised {kind}: {error}")
+                return CheckResult(False, said.format(name=name, kind=type(e).__name__, error=e))
+            problem = _not_ids(got, expected)
+            if problem is None and not close(got, expected, atol, rtol):
+                problem = mismatch(got, expected, inputs, mistakes, atol, rtol, describe, start)
+            elif problem is None:
+                after = _leaves(by_name, "")[1:]  # the inputs as they are after the call
+                problem = _side_effect(before, after, stream, graphs if no_grad else [])
+            if problem is None and grads:
+                torch.set_rng_state(start)
+                problem = _gradient_problem(user_fn, reference_fn, inputs, atol, rtol, locate)
+            if problem:
+                said = _("✗ {name}: {problem}").format(name=name, problem=problem)
+                return CheckResult(False, said)
+    finally:
+        torch.set_rng_state(start)
     said = _("✓ {name}: matches the reference on {trials} random inputs")
     return CheckResult(True, said.format(name=name, trials=trials))

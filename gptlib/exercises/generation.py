@@ -83,8 +83,8 @@ def _filter_inputs(g: torch.Generator) -> tuple:
 def check_filter_logits(filter_logits) -> CheckResult:
     """Against `gptlib.generate.filter_logits` on [5, 10] random logits and on rows with ties."""
 
-    def readers(logits, top_k, top_p):  # on a copy; below -1e8 reads as -inf: -1e9 is a fill too
-        out = filter_logits(logits.clone(), top_k, top_p)
+    def readers(logits, top_k, top_p):  # below -1e8 reads as -inf: -1e9 is a fill too
+        out = filter_logits(logits, top_k, top_p)
         floating = isinstance(out, torch.Tensor) and out.is_floating_point()
         return out.masked_fill(out < -1e8, float("-inf")) if floating else out
 
@@ -107,15 +107,20 @@ def solution_sample_step(model, idx, temperature, top_k, top_p, generator) -> to
     return torch.multinomial(probs, num_samples=1, generator=generator)  # [B, 1]
 
 
-def _step(model, idx, temperature, top_k, top_p, generator, *, eval_mode=True, restore=True):
+def _step(model, idx, temperature, top_k, top_p, generator, *, eval_mode=True, restore=True,
+          at=-1, tau=True, filter_first=False):  # fmt: skip
     """A sampling step with one switch flipped (none: the reference)."""
     was_training = model.training
     model.train(was_training and not eval_mode)
-    logits = model(idx[:, -model.cfg.block_size :])[0][:, -1]
+    with torch.no_grad():
+        logits = model(idx[:, -model.cfg.block_size :])[0][:, at]
     model.train(was_training if restore else model.training)
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    probs = _library_filter(logits / temperature, top_k, top_p).softmax(dim=-1)
+    if filter_first:
+        logits = _library_filter(logits, top_k, top_p)
+    scaled = logits / temperature if tau else logits
+    probs = (scaled if filter_first else _library_filter(scaled, top_k, top_p)).softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator)
 
 
@@ -125,6 +130,12 @@ STEP_MISTAKES = [
     (N_("the model came in in training mode and your step left it in eval mode: a loop that "
         "samples between training steps would train on without dropout"),
      partial(_step, restore=False)),
+    (N_("the next token was drawn from the first position's logits: every step predicts what "
+        "follows the context's first token, whatever came after it"), partial(_step, at=0)),
+    (N_("top-k and top-p ran before the temperature: the nucleus was cut from the distribution at "
+        "τ = 1, not from the one the temperature makes"), partial(_step, filter_first=True)),
+    (N_("the temperature is never applied: every temperature above 0 samples as τ = 1 would"),
+     partial(_step, tau=False)),
 ]  # fmt: skip
 
 STEP_ERROR_HINTS = [
@@ -135,12 +146,11 @@ STEP_ERROR_HINTS = [
 
 
 def _seeded(fn, model, idx, temperature, top_k, top_p, seed):
-    """`fn` handed a model in training mode, a generator seeded from `seed` and torch's global
-    stream (dropout draws from it) seeded alike; ids of -1 when the model's mode changed."""
+    """`fn` handed a model in training mode and a generator seeded from `seed` (compare starts
+    every run from one state of the global stream dropout draws from); ids of -1 when the
+    model's mode changed."""
     model.train()
-    with torch.random.fork_rng():
-        torch.manual_seed(seed + 1)
-        out = fn(model, idx.clone(), temperature, top_k, top_p, torch.Generator().manual_seed(seed))
+    out = fn(model, idx, temperature, top_k, top_p, torch.Generator().manual_seed(seed))
     return out if model.training else torch.full((idx.size(0), 1), -1)
 
 
@@ -165,4 +175,4 @@ def check_sample_step(sample_step) -> CheckResult:
     mistakes = [(message, partial(_seeded, fn)) for message, fn in STEP_MISTAKES]
     readers = lambda *inputs: _seeded(sample_step, *inputs)  # noqa: E731 (its refusals are read)
     return compare("sample_step", readers, partial(_seeded, solution_sample_step), _step_inputs,
-                   mistakes, 5, 0.0, 0.0, STEP_ERROR_HINTS, grads=False)  # fmt: skip
+                   mistakes, 5, 0.0, 0.0, STEP_ERROR_HINTS, grads=False, no_grad=True)  # fmt: skip

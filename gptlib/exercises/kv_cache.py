@@ -42,11 +42,12 @@ def solution_decode_step(model: GPT, idx_new: torch.Tensor, cache: KVCache) -> t
 def _on_a_copy(fn, model, idx_new, cache):
     """A decode step on a copy of the cache: (logits, length, every layer's keys, values)."""
     mine = copy.deepcopy(cache)
-    logits = fn(model, idx_new.clone(), mine)
+    logits = fn(model, idx_new, mine)
     return logits, torch.tensor(mine.length), torch.stack(mine._k), torch.stack(mine._v)
 
 
-def _decode(model, idx_new, cache, *, row0=False, append=True, causal=False, pre_norm=False):
+def _decode(model, idx_new, cache, *, row0=False, append=True, causal=False, pre_norm=False,
+            scale=None):  # fmt: skip
     """A decode step with one switch flipped (none: the reference)."""
     past, B, d = cache.length, idx_new.size(0), model.cfg.n_embd
     x = model.tok_emb(idx_new) + model.pos_emb.weight[0 if row0 else past]
@@ -55,8 +56,8 @@ def _decode(model, idx_new, cache, *, row0=False, append=True, causal=False, pre
         h = block.ln1(x) if pre_norm else x
         q, k, v = (a.split_heads(t) for t in a.qkv(h).split(d, dim=2))
         k, v = cache.update(layer, k, v) if append else (cache.keys(layer), cache.values(layer))
-        y = a.proj(F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2)
-                   .reshape(B, 1, d))  # fmt: skip
+        y = a.proj(F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+                   .transpose(1, 2).reshape(B, 1, d))  # fmt: skip
         x = x + y if pre_norm else block.ln1(x + y)
         x = x + block.mlp(block.ln2(x)) if pre_norm else block.ln2(x + block.mlp(x))
     return model.lm_head(model.ln_f(x))
@@ -72,6 +73,8 @@ DECODE_MISTAKES = [
      partial(_decode, causal=True)),
     (N_("the blocks were run pre-norm (x + attn(ln1(x))), where the `textbook` preset is "
         "post-norm: each norm follows its residual addition"), partial(_decode, pre_norm=True)),
+    (N_("the scores are not scaled: each is sqrt(d_h) times too large, so the new token's softmax "
+        "over the cached keys is sharper than the model's"), partial(_decode, scale=1.0)),
 ]  # fmt: skip
 
 
@@ -97,4 +100,4 @@ def check_decode_step(decode_step) -> CheckResult:
     readers = lambda *inputs: _on_a_copy(decode_step, *inputs)  # noqa: E731 (its refusals are read)
     return compare("decode_step", readers, partial(_on_a_copy, solution_decode_step),
                    _decode_inputs, [(m, partial(_on_a_copy, f)) for m, f in DECODE_MISTAKES],
-                   grads=False)  # fmt: skip
+                   grads=False, no_grad=True)  # fmt: skip

@@ -25,12 +25,12 @@ def solution_temperature_probs(logits: torch.Tensor, temperature) -> torch.Tenso
     return torch.where(greedy, one_hot, sampled)  # [B, V]
 
 
-def _slip(logits, temperature, *, zero="greedy", multiply=False, all_greedy=False):
+def _slip(logits, temperature, *, zero="greedy", multiply=False, all_greedy=False, dim=-1):
     """temperature_probs with one switch flipped; `zero` says what a row with τ = 0 becomes."""
     tau = torch.as_tensor(temperature, dtype=logits.dtype).reshape(-1, 1)  # [B, 1] or [1, 1]
     greedy = (tau == 0) | (all_greedy and bool((tau == 0).any()))
     safe = tau if zero == "divided" else torch.where(tau == 0, torch.ones_like(tau), tau)
-    sampled = (logits * safe if multiply else logits / safe).softmax(dim=-1)
+    sampled = (logits * safe if multiply else logits / safe).softmax(dim)
     one_hot = F.one_hot(logits.argmax(dim=-1), logits.size(-1)).to(logits.dtype)
     return torch.where(greedy & (zero == "greedy"), one_hot, sampled)
 
@@ -44,6 +44,8 @@ MISTAKES = [
         "temperature was 0"), partial(_slip, all_greedy=True)),
     (N_("the logits were multiplied by the temperature: your distribution gets flatter as τ falls "
         "and sharper as it rises, the opposite of a temperature"), partial(_slip, multiply=True)),
+    (N_("your probabilities sum to 1 down each column, over the batch: the softmax ran over dim=0, "
+        "the B rows, not over each row's V logits"), partial(_slip, dim=0)),
 ]  # fmt: skip
 ERROR_HINTS = [
     ("Boolean value of Tensor with more than one value is ambiguous",
@@ -61,6 +63,7 @@ def _inputs(g: torch.Generator) -> tuple:
 
 @solved_by(solution_temperature_probs)
 def check_temperature_probs(temperature_probs) -> CheckResult:
-    """On random [4, 11] logits: τ = 0.5, then 0, for the batch, then one τ per row, some 0."""
+    """On random [4, 11] logits: τ = 0.5, then 0, for the batch, then one τ per row, some 0; the
+    probabilities, then the gradient the logits get through them."""
     return compare("temperature_probs", temperature_probs, solution_temperature_probs, _inputs,
-                   MISTAKES, 4, error_hints=ERROR_HINTS, grads=False)  # fmt: skip
+                   MISTAKES, 4, error_hints=ERROR_HINTS)  # fmt: skip

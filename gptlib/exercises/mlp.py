@@ -27,6 +27,8 @@ MISTAKES = [
         "did not"), lambda x, a, b, act: act(x @ a.T @ b.T)),
     (N_("your output is ReLU's whatever activation is passed: the ReLU trials pass and the GELU "
         "trials come out wrong"), lambda x, a, b, act: F.relu(x @ a.T) @ b.T),
+    (N_("your output is GELU's whatever activation is passed: the GELU trials pass and the ReLU "
+        "trials come out wrong"), lambda x, a, b, act: F.gelu(x @ a.T) @ b.T),
     (N_("the two weight tables play swapped roles: the shapes happen to fit, but your first layer "
         "used w_proj and the second w_fc"), lambda x, a, b, act: act(x @ b) @ a),
 ]  # fmt: skip

@@ -20,9 +20,13 @@ def solution_rmsnorm(x, gain, eps=1e-5):
     return x / torch.sqrt(ms + eps) * gain  # [..., d]
 
 
-def _rms(x, gain, eps=1e-5, *, dim=-1, eps_out=False, centre=False, gained=True):
-    x = x - x.mean(dim=-1, keepdim=True) if centre else x
-    ms = x.pow(2).mean(dim, keepdim=True)
+def _rms(x, gain, eps=1e-5, *, dim=-1, eps_out=False, centre=False, gained=True, over=0, std="",
+         no_eps=False):  # fmt: skip
+    x, eps = x - x.mean(dim=-1, keepdim=True) if centre else x, 0.0 if no_eps else eps
+    ms = x.pow(2).sum(dim, keepdim=True) / (x.size(-1) - over) if over else x.pow(2).mean(dim, True)
+    if std:  # the standard deviation: centred, over d - 1
+        var = x.var(-1, keepdim=True)
+        return x / ((var + eps).sqrt() if std == "var" else var.sqrt() + eps) * gain
     return x / (ms.sqrt() + eps if eps_out else (ms + eps).sqrt()) * (gain if gained else 1.0)
 
 
@@ -40,6 +44,14 @@ RMSNORM_MISTAKES = [
         "near-zero token stays near zero"), variant(_rms, "over_the_whole_tensor", dim=None)),
     (N_("the gain is not used: every feature of your output is at the same scale"),
      variant(_rms, "no_gain", gained=False)),
+    (N_("only your near-zero token is off, blown up to the size of the others: eps is missing "
+        "from the root, so nothing keeps a token near zero small"),
+     variant(_rms, "no_eps", no_eps=True)),
+    (N_("every token of yours is a little too small, by sqrt((d - 1) / d): the sum of squares was "
+        "divided by d - 1 (the unbiased estimate), not by d"), variant(_rms, "unbiased", over=1)),
+    *[(N_("your denominator is the standard deviation (x.std or x.var): it subtracts each token's "
+          "mean before squaring and divides by d - 1, where RMSNorm's root mean square does "
+          "neither"), variant(_rms, f"std_{std}", std=std)) for std in ("var", "std")],
 ]  # fmt: skip
 
 
@@ -75,7 +87,7 @@ def solution_post_norm_block(x, sublayers):
 
 
 def _block(x, sublayers, *, post, res=True, on_output=False, from_input=False,
-           stream_normed=False, last_raw=False, pick=slice(None)):  # fmt: skip
+           stream_normed=False, last_raw=False, pick=slice(None), final=False):  # fmt: skip
     x0, pairs = x, sublayers[pick]
     for i, (norm, f) in enumerate(pairs):
         x = norm(x) if stream_normed else x
@@ -83,7 +95,7 @@ def _block(x, sublayers, *, post, res=True, on_output=False, from_input=False,
         fx = f(read) if post or stream_normed or on_output else f(norm(read))
         s = (x if res else 0) + (norm(fx) if on_output else fx)
         x = norm(s) if post and not on_output and not (last_raw and i == len(pairs) - 1) else s
-    return x
+    return pairs[-1][0](x) if final else x
 
 
 _BOTH = [  # (message, switches of _block): the same slips in either placement
@@ -103,6 +115,8 @@ PRE_MISTAKES = [
         "pre-norm stream grows as the sums add up"), solution_post_norm_block),
     (N_("the stream itself was normalised (x = norm(x), then x + f(x)): the raw stream never "
         "reaches the output"), variant(_block, "stream_normed", post=False, stream_normed=True)),
+    (N_("your output is normalised: the stream went through a norm after the last sublayer, where "
+        "a pre-norm block hands it on raw"), variant(_block, "final_norm", post=False, final=True)),
     *((m, variant(_block, f"pre_{i}", post=False, **s)) for i, (m, s) in enumerate(_BOTH)),
 ]  # fmt: skip
 POST_MISTAKES = [

@@ -17,9 +17,12 @@ def solution_qkv_split(x: torch.Tensor, w_qkv: torch.Tensor):
     return q, k, v
 
 
-def _swapped(x, w_qkv):
-    q, k, v = solution_qkv_split(x, w_qkv)
-    return k, q, v
+def _order(order: str):  # the three parts returned in another order: "kqv" swaps q and k
+    def split(x, w_qkv):
+        parts = dict(zip("qkv", solution_qkv_split(x, w_qkv), strict=True))
+        return tuple(parts[c] for c in order)
+
+    return split
 
 
 MISTAKES = [
@@ -28,7 +31,13 @@ MISTAKES = [
         "the shapes fit but every value of q, k and v is wrong"),
      lambda x, w: tuple(x @ part for part in w.split(x.size(-1)))),
     (N_("q and k come out swapped: what you return as q are the keys, made by rows d..2d-1 of the "
-        "weight, and what you return as k are the queries"), _swapped),
+        "weight, and what you return as k are the queries"), _order("kqv")),
+    (N_("k and v come out swapped: what you return as k are the values, made by rows 2d..3d-1 of "
+        "the weight, and what you return as v are the keys"), _order("qvk")),
+    (N_("q and v come out swapped: what you return as q are the values, made by the last d rows of "
+        "the weight, and what you return as v are the queries"), _order("vkq")),
+    *[(N_("your q, k and v are the weight's three parts in another order: its rows hold W_Q, then "
+          "W_K, then W_V"), _order(order)) for order in ("kvq", "vqk")],
     (N_("you cut along the positions (dim 1), so each of your q, k, v holds a third of the "
         "positions with all 3d features, queries, keys and values together"),
      lambda x, w: tuple((x @ w.T).chunk(3, dim=1))),

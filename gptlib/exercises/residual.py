@@ -4,11 +4,17 @@ linear maps x -> J_l x (+ x); a function that calls autograd is refused."""
 import ast
 import functools
 import inspect
-import textwrap
 
 import torch
 
-from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.exercises.checking import (
+    CheckResult,
+    compare,
+    namespace,
+    resolved,
+    solved_by,
+    source_tree,
+)
 from gptlib.language import N_, _
 
 __all__ = ["check_stack_gradients", "solution_stack_gradients"]
@@ -78,17 +84,21 @@ def _autograd_stack_gradients(jacobians, grad_top, residual):  # x -> J_l x (+ x
 
 
 def calls_autograd(fn) -> bool:
-    """Whether `fn`'s source uses `.backward`, `autograd`, `torch.func` or a global from them."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
+    """Whether `fn`'s source uses `.backward` or anything of torch.autograd or torch.func: by a
+    global, a dotted name, or an import in its body (from torch.autograd.functional import vjp)."""
+    tree = source_tree(fn)
+    if tree is None:
         return False
-    names = getattr(inspect.unwrap(fn), "__globals__", {})
-    for node in ast.walk(tree):  # a global such as `from torch.autograd import grad` counts too
-        attr, obj = getattr(node, "attr", None), names.get(getattr(node, "id", ""))
+    names, autograd = namespace(inspect.unwrap(fn), tree), ("torch.autograd", "torch.func")
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+                a.name for a in node.names]  # fmt: skip
+            if any(m.startswith(autograd) for m in modules):
+                return True
+        obj = resolved(node, names) if isinstance(node, (ast.Name, ast.Attribute)) else None
         where = str(getattr(obj, "__module__", None) or getattr(obj, "__name__", ""))
-        hit = attr in ("backward", "autograd") or attr and ast.unparse(node) == "torch.func"
-        if hit or where.startswith(("torch.autograd", "torch.func", "torch._functorch")):
+        if getattr(node, "attr", None) == "backward" or where.startswith((*autograd, "torch._f")):
             return True
     return False
 

@@ -1,6 +1,7 @@
-"""The course's exercises, one record each: its check, notebook, difficulty, minutes, and the
-library calls that would do its whole job. The checks read their refusals here; `progress`, the
-README count and one parametrised test read the rest. The hints are on the page, under each
+"""The course's exercises, one record each: its check, notebook, difficulty, minutes, the
+notebooks that use its kept piece, and the library calls that would do its whole job. The checks
+read their refusals and uses here; `progress`, the README count and one parametrised test read
+the rest. The hints are on the page, under each
 exercise, in both languages. Adding an exercise is one record here, its check with its slips in
 its notebook's module, and its cells.
 
@@ -37,6 +38,9 @@ class Exercise(NamedTuple):
     refusals: tuple[Refusal, ...] = ()
     optional: bool = False  # marked optional (and harder) in its notebook
     reports: str = ""  # the name the check reports, when it is not `check` without "check_"
+    used: str = (
+        ""  # the notebooks whose cells use the kept piece after its check (a test reads them)
+    )
 
     @property
     def name(self) -> str:
@@ -65,27 +69,29 @@ _PICK_NEXT = R("gptlib.generate.pick_next")
 _GENERATE = R("gptlib.generate.generate")
 
 EXERCISES: tuple[Exercise, ...] = (
-    Exercise("check_encode_stream", "00", 1, 10, refusals=(R("gptlib.data.encode_documents"),)),
-    Exercise("check_embed", "01", 1, 10),
-    Exercise("check_qkv_split", "02", 1, 10),
-    Exercise("check_causal_attention", "03", 2, 20, refusals=(_SDPA, _ATTENTION_MODULE)),
-    Exercise("check_split_heads", "04", 1, 10, refusals=(
+    Exercise("check_encode_stream", "00", 1, 10, used="00",
+             refusals=(R("gptlib.data.encode_documents"),)),
+    Exercise("check_embed", "01", 1, 10, used="01 02 03 14 15"),
+    Exercise("check_qkv_split", "02", 1, 10, used="02 03 14 15"),
+    Exercise("check_causal_attention", "03", 2, 20, used="03 04 14 15",
+             refusals=(_SDPA, _ATTENTION_MODULE)),
+    Exercise("check_split_heads", "04", 1, 10, used="04 14 15", refusals=(
         R("gptlib.attention.CausalSelfAttention.split_heads", "CausalSelfAttention.split_heads"),
     )),
-    Exercise("check_merge_heads", "04", 1, 5),
-    Exercise("check_stack_gradients", "05", 2, 20),
-    Exercise("check_rmsnorm", "06", 1, 10, refusals=(
+    Exercise("check_merge_heads", "04", 1, 5, used="04 14 15"),
+    Exercise("check_stack_gradients", "05", 2, 20, used="05"),
+    Exercise("check_rmsnorm", "06", 1, 10, used="06 14 15", refusals=(
         R("torch.nn.functional.rms_norm", "F.rms_norm"),
         R("torch.rms_norm"),
         R("torch.nn.RMSNorm.forward", "nn.RMSNorm"),
         R("gptlib.norms.RMSNorm.forward", "gptlib.norms.RMSNorm"),
     )),
-    Exercise("check_pre_norm_block", "06", 1, 10),
-    Exercise("check_post_norm_block", "06", 1, 5),
+    Exercise("check_pre_norm_block", "06", 1, 10, used="06 14 15"),
+    Exercise("check_post_norm_block", "06", 1, 5, used="06"),
     Exercise("check_rmsnorm_backward", "06", 3, 40, optional=True),
-    Exercise("check_mlp", "07", 1, 10, reports="mlp_forward"),
-    Exercise("check_temperature_probs", "08", 2, 15, refusals=(_NEXT_TOKEN_PROBS,)),
-    Exercise("check_log_softmax", "09", 2, 20, refusals=(
+    Exercise("check_mlp", "07", 1, 10, used="07 14 15", reports="mlp_forward"),
+    Exercise("check_temperature_probs", "08", 2, 15, used="08", refusals=(_NEXT_TOKEN_PROBS,)),
+    Exercise("check_log_softmax", "09", 2, 20, used="09", refusals=(
         R("torch.nn.functional.log_softmax", "F.log_softmax"),
         R("torch.log_softmax"),
         R("torch.Tensor.log_softmax", "Tensor.log_softmax (logits.log_softmax(...))"),
@@ -94,7 +100,7 @@ EXERCISES: tuple[Exercise, ...] = (
           "F.cross_entropy",
           N_("computes the log-softmax for you")),
     )),
-    Exercise("check_lm_loss", "09", 2, 25, refusals=(
+    Exercise("check_lm_loss", "09", 2, 25, used="09 10 14 15", refusals=(
         R("gptlib.model.GPT.loss",
           "GPT.loss",
           N_("does the whole exercise (the shift, the -100 labels, the mean)")),
@@ -108,32 +114,33 @@ EXERCISES: tuple[Exercise, ...] = (
           "GPT.forward (model(idx, labels))",
           N_("computes the loss with GPT.loss, the whole exercise")),
     )),
-    Exercise("check_train_loop", "10", 3, 35, refusals=(R("gptlib.train.train"),)),
-    Exercise("check_adamw_step", "10", 3, 30, optional=True, refusals=(
+    Exercise("check_train_loop", "10", 3, 35, used="10", refusals=(R("gptlib.train.train"),)),
+    Exercise("check_adamw_step", "10", 3, 30, used="10", optional=True, refusals=(
         R("torch.optim.AdamW"),
         R("torch.optim.Adam"),
         R("torch.optim.adamw.adamw"),
         R("gptlib.train.make_optimizer"),
     )),
-    Exercise("check_clip_grad_norm", "10", 3, 20, optional=True, refusals=(
+    Exercise("check_clip_grad_norm", "10", 3, 20, used="10", optional=True, refusals=(
         R("torch.nn.utils.clip_grad_norm_"),
         R("torch.nn.utils.clip_grad_norm"),
         R("torch.nn.utils.get_total_norm"),
         R("torch.nn.utils.clip_grads_with_norm_"),
     )),
-    Exercise("check_validation_loss", "11", 2, 15, refusals=(R("gptlib.train.estimate_loss"),)),
-    Exercise("check_filter_logits", "12", 3, 30, refusals=(
+    Exercise("check_validation_loss", "11", 2, 15, used="11",
+             refusals=(R("gptlib.train.estimate_loss"),)),
+    Exercise("check_filter_logits", "12", 3, 30, used="12", refusals=(
         R("gptlib.generate.filter_logits"),
         _NEXT_TOKEN_PROBS,
         _PICK_NEXT,
         _GENERATE,
     )),
-    Exercise("check_sample_step", "12", 3, 25, optional=True, refusals=(
+    Exercise("check_sample_step", "12", 3, 25, used="12", optional=True, refusals=(
         _GENERATE,
         _PICK_NEXT,
         _NEXT_TOKEN_PROBS,
     )),
-    Exercise("check_decode_step", "13", 3, 40, refusals=(
+    Exercise("check_decode_step", "13", 3, 40, used="13", refusals=(
         _MODEL,
         _BLOCK,
         R("gptlib.attention.CausalSelfAttention.forward",
@@ -141,12 +148,13 @@ EXERCISES: tuple[Exercise, ...] = (
           N_("runs the whole attention; write it with attn.qkv, cache.update and attn.proj")),
         _GENERATE,
     )),
-    Exercise("check_gpt_forward", "14", 2, 20, reports="forward", refusals=(_MODEL, _BLOCK)),
-    Exercise("check_gpt_train", "14", 2, 20, reports="train_gpt", refusals=(
+    Exercise("check_gpt_forward", "14", 2, 20, used="14 15", reports="forward",
+             refusals=(_MODEL, _BLOCK)),
+    Exercise("check_gpt_train", "14", 2, 20, used="14 15", reports="train_gpt", refusals=(
         R("gptlib.train.train"),
         _MODEL,
     )),
-    Exercise("check_gpt_sample", "14", 2, 20, reports="sample_names", refusals=(
+    Exercise("check_gpt_sample", "14", 2, 20, used="14", reports="sample_names", refusals=(
         _GENERATE,
         R("gptlib.generate.sample_documents"),
         _PICK_NEXT,
@@ -154,20 +162,22 @@ EXERCISES: tuple[Exercise, ...] = (
         R("gptlib.generate.filter_logits"),
         _MODEL,
     )),
-    Exercise("check_gpt_cached_attention", "14", 3, 25, reports="cached_attention", refusals=(
+    Exercise("check_gpt_cached_attention", "14", 3, 25, used="14", reports="cached_attention",
+             refusals=(
         _SDPA,
         _ATTENTION_MODULE,
     )),
-    Exercise("check_gpt_forward_cached", "14", 2, 15, reports="forward_cached", refusals=(
+    Exercise("check_gpt_forward_cached", "14", 2, 15, used="14", reports="forward_cached",
+             refusals=(
         _MODEL,
         _BLOCK,
         _ATTENTION_MODULE,
     )),
-    Exercise("check_merge", "15", 2, 15, refusals=(R("gptlib.bpe.merge_pair"),)),
-    Exercise("check_learn_merges", "15", 3, 30, optional=True, refusals=(
+    Exercise("check_merge", "15", 2, 15, used="15", refusals=(R("gptlib.bpe.merge_pair"),)),
+    Exercise("check_learn_merges", "15", 3, 30, used="15", optional=True, refusals=(
         R("gptlib.bpe.train_bpe", "", N_("learns the merges, the whole exercise")),
     )),
-    Exercise("check_to_gptlib", "16", 2, 20, refusals=(
+    Exercise("check_to_gptlib", "16", 2, 20, used="16", refusals=(
         R("gptlib.huggingface.gptlib_state_dict"),
         R("gptlib.huggingface.gptlib_name",
           "",

@@ -8,7 +8,7 @@ import torch
 
 from gptlib.config import textbook
 from gptlib.data import sample_batch
-from gptlib.exercises.checking import compare, solved_by
+from gptlib.exercises.checking import compare, solved_by, steps_differ
 from gptlib.language import N_
 from gptlib.model import GPT
 from gptlib.train import estimate_loss, learning_rate, make_optimizer, train
@@ -98,7 +98,7 @@ def check_train_loop(train_loop):
     return compare("train_loop", lambda *inputs: _run_loop(train_loop, *inputs),
                    partial(_run_loop, _taught), lambda g: (*_tiny(g, 0.1), g.initial_seed()),
                    [(hint, partial(_run_loop, wrong)) for hint, wrong in LOOP_MISTAKES],
-                   trials=2, atol=1e-6, rtol=1e-6, grads=False)  # fmt: skip
+                   trials=2, atol=1e-6, rtol=1e-6, grads=False, describe=steps_differ)  # fmt: skip
 
 
 def solution_validation_loss(model, tokens, batch_size, n_batches, seed):
@@ -116,11 +116,11 @@ def solution_validation_loss(model, tokens, batch_size, n_batches, seed):
 
 
 def _estimate(model, tokens, batch_size, n_batches, seed, *, evaluate=True, back="as it came",
-              graph=False, gen="once"):  # fmt: skip
+              gen="once"):  # fmt: skip
     was_training = model.training
     model.train(model.training and not evaluate)
     g = None if gen == "global" else torch.Generator().manual_seed(seed)
-    with torch.set_grad_enabled(graph):
+    with torch.no_grad():
         total = 0.0
         for _ in range(n_batches):
             g = torch.Generator().manual_seed(seed) if gen == "every batch" else g
@@ -129,13 +129,10 @@ def _estimate(model, tokens, batch_size, n_batches, seed, *, evaluate=True, back
     return total / n_batches
 
 
-def _measure(fn, model, tokens):  # the loss, the mode left in (1 = train), a graph built?
-    model, graph = copy.deepcopy(model), []
-    model.register_forward_pre_hook(lambda *_: graph.append(torch.is_grad_enabled()))
-    with torch.random.fork_rng():
-        torch.manual_seed(0)  # the same dropout draws for every run
-        loss = float(fn(model, tokens, 4, 3, 7))
-    return torch.tensor([loss, model.training, any(graph)], dtype=torch.float64)
+def _measure(fn, model, tokens):  # the loss, the mode left in (1 = train), on a copy
+    model = copy.deepcopy(model)  # compare starts each run from one global random state
+    loss = float(fn(model, tokens, 4, 3, 7))
+    return torch.tensor([loss, model.training], dtype=torch.float64)
 
 
 @solved_by(solution_validation_loss)
@@ -144,7 +141,7 @@ def check_validation_loss(validation_loss):
     return compare("validation_loss", lambda *inputs: _measure(validation_loss, *inputs),
                    partial(_measure, estimate_loss), lambda g: _tiny(g, 0.3, g.initial_seed() % 2),
                    [(hint, partial(_measure, wrong)) for hint, wrong in ESTIMATE_MISTAKES],
-                   trials=2, atol=1e-6, rtol=0.0, grads=False)  # fmt: skip
+                   trials=2, atol=1e-6, rtol=0.0, grads=False, no_grad=True)  # fmt: skip
 
 
 def solution_adamw_step(param, grad, exp_avg, exp_avg_sq, steps_done, lr, betas, eps, weight_decay):
@@ -248,8 +245,9 @@ def check_clip_grad_norm(clip_grad_norm):
 LOOP_MISTAKES = [
     (N_("without zero_grad the gradients add up: from the second step on, each update follows the "
         "sum of all the batches so far, not the current batch"), partial(_loop, order="bcs")),
-    (N_("the weights never moved: every p.grad was empty when optimizer.step() ran (zero_grad came "
-        "between loss.backward() and the step)"), partial(_loop, order="bzcs")),
+    *[(N_("the weights never moved: every p.grad was empty when optimizer.step() ran, as no "
+          "loss.backward() came between zero_grad and the step"), partial(_loop, order=order))
+      for order in ("bzcs", "zsbc")],
     (N_("optimizer.step() runs before loss.backward(): every update uses the gradient of the "
         "previous batch, and the first step has none"), partial(_loop, order="szbc")),
     (N_("the gradient is not clipped before the update: clip_grad_norm_ is missing, or comes after "
@@ -278,8 +276,6 @@ ESTIMATE_MISTAKES = [
         "without dropout: its mode was not given back"), partial(_estimate, back="")),
     (N_("a model that came in eval mode went back in train mode: yours always ends in train mode, "
         "not in the mode it came in"), partial(_estimate, back="train")),
-    (N_("the forward passes built a graph for a backward that nobody calls, which costs memory and "
-        "time"), partial(_estimate, graph=True)),
     (N_("the windows come from torch's global random stream, so each call measures other windows, "
         "not the ones a generator seeded with seed gives"), partial(_estimate, gen="global")),
     (N_("every batch is the same set of windows: the generator is seeded again inside the loop"),

@@ -15,7 +15,15 @@ import torch.nn.functional as F
 from gptlib.checkpoint import load_asset
 from gptlib.data import sample_batch
 from gptlib.exercises.attention import check_causal_attention
-from gptlib.exercises.checking import CheckResult, compare, solved_by
+from gptlib.exercises.checking import (
+    CheckResult,
+    close,
+    compare,
+    mismatch,
+    solved_by,
+    steps_differ,
+    watched,
+)
 from gptlib.exercises.embeddings import check_embed
 from gptlib.exercises.loss import check_lm_loss
 from gptlib.exercises.mlp import check_mlp
@@ -218,12 +226,58 @@ def _forward_inputs(g: torch.Generator, pieces=None) -> tuple:
     return _weights(g), torch.randint(0, _V, (_B, n), generator=g), _H, pieces or reference
 
 
+# The piece each weight of gpt_weights belongs to, in the forward's order.
+# The piece each weight of gpt_weights belongs to, in the forward's order.
+NORM, PIECE_OF = N_("the norm (rmsnorm)"), dict(tok_emb=N_("the embedding"), qkv=N_("attention"),
+                                                fc=N_("the MLP"), lm_head=N_("the head"))  # fmt: skip
+PIECE_OF.update(pos_emb=PIECE_OF["tok_emb"], attn_proj=PIECE_OF["qkv"], mlp_proj=PIECE_OF["fc"],
+                ln1=NORM, ln2=NORM, ln_f=NORM)  # fmt: skip
+
+
+def _piece(path: str) -> str:
+    return PIECE_OF[re.findall(r"\['(\w+)'\]", path)[-1]]
+
+
+def locate_cut(found: list) -> str:
+    """Where the forward cuts the gradient, from each weight's: [(path, "missing" | "wrong" |
+    "right", difference)] in the forward's order (see checking._gradient_problem)."""
+    missing = [path for path, status, _d in found if status == "missing"]
+    if missing and [path for path, _s, _d in found[: len(missing)]] == missing:  # all up to one
+        said = _("no gradient reaches {weight} or any weight before it: the output is right, but "
+                 "the path from {weight} to it is cut ({piece} or what follows it is detached or "
+                 "under no_grad)")  # fmt: skip
+        return said.format(weight=missing[-1], piece=_(_piece(missing[-1])))
+    if missing:  # the cut piece's own weights get none; those before it, others
+        cut = [path for path in missing if _piece(path) == _piece(missing[-1])]
+        said = _("the weights of {piece} get no gradient ({weights}): the output is right, but "
+                 "{piece} runs under no_grad or is detached, so it would not learn")  # fmt: skip
+        weights = ", ".join(cut[:2]) + (", …" if len(cut) > 2 else "")
+        return said.format(piece=_(_piece(cut[0])), weights=weights)
+    i = max(i for i, (_p, status, _d) in enumerate(found) if status == "wrong")
+    if i + 1 == len(found):
+        said = _("the output is right, but the gradient of every weight is wrong ({difference}): "
+                 "the cut lies after the head, in the logits")  # fmt: skip
+        return said.format(difference=found[i][2])
+    (bad, _s, diff), (good, _r, _e) = found[i], found[i + 1]
+    where = _("inside {piece}")  # the cut piece's later weights get theirs right
+    if _piece(good) == NORM:
+        where = _("in the rmsnorm with gain {good}, or in the residual sum it reads")
+    elif _piece(bad) == NORM:
+        where = _("in {piece}, where it reads the output of the rmsnorm with gain {bad}")
+    said = _("the output is right, but the gradients of {bad} and of weights before it are wrong "
+             "({difference}), while {good} and every weight after it get the right ones: the cut "
+             "lies {where}")  # fmt: skip
+    where = where.format(good=good, bad=bad, piece=_(_piece(good)))
+    return said.format(bad=bad, difference=diff, good=good, where=where)
+
+
 @solved_by(forward)
 def check_gpt_forward(fn: Callable, pieces=None) -> CheckResult:
     """`forward(w, idx, n_head, pieces)` (V=11, T=7, d=12, 3 heads, 2 blocks) on `pieces`, against
     the reference on the reference pieces: the logits, then every weight's gradient."""
     inputs = lambda g: _forward_inputs(g, pieces)  # noqa: E731
-    return compare("forward", fn, _bound(reference_forward), inputs, FORWARD_MISTAKES)
+    return compare("forward", fn, _bound(reference_forward), inputs, FORWARD_MISTAKES,
+                   locate=locate_cut)  # fmt: skip
 
 
 # --- The training loop: the reader's trains the forward handed, the reference the reference
@@ -249,6 +303,14 @@ LOOP_MISTAKES = [
         "step 0), one batch late"), partial(_loop, order="szbc")),
     (N_("the learning rate is never set: every step uses the optimizer's starting rate, with no "
         "warmup and no decay"), partial(_loop, lr=None)),
+    (N_("every step trained on the same batch: the generator is seeded again inside the loop"),
+     partial(_loop, reseed=True)),
+    (N_("each parameter's gradient was clipped on its own to the norm clip: your updates are "
+        "larger than those of one factor for all the gradients together"),
+     partial(_loop, each=True)),
+    *[(N_("the labels were shifted twice: lm_loss already pairs position t with labels[t + 1], so "
+          "each position is scored on the token after next"), partial(_loop, shift=shift))
+      for shift in ("cropped", "padded", "rolled")],
 ]
 # fmt: on
 
@@ -278,11 +340,12 @@ def check_gpt_train(fn: Callable, forward_fn: Callable | None = None, loss_fn=No
     ref = partial(_trained, train_gpt, reference_forward, reference.lm_loss)
     wrong = [(hint, partial(_trained, slip, forward_fn, loss_fn)) for hint, slip in LOOP_MISTAKES]
     user = partial(_trained, fn, forward_fn, loss_fn)
-    result = compare("train_gpt", user, ref, _train_inputs, wrong, atol=1e-8, rtol=1e-6, grads=False)  # fmt: skip
-    differ = _("values differ from the reference ({difference})").partition("{")[0]
-    if result or differ not in result.message:
-        return result
-    trains = compare("forward", _bound(forward_fn), _bound(reference_forward), _forward_inputs)
+    result = compare("train_gpt", user, ref, _train_inputs, wrong, atol=1e-8, rtol=1e-6,
+                     grads=False, describe=steps_differ)  # fmt: skip
+    if result or any(result.message.endswith(_(hint)) for hint, _w in LOOP_MISTAKES):
+        return result  # a slip of the loop's own, named
+    trains = compare("forward", _bound(forward_fn), _bound(reference_forward), _forward_inputs,
+                     locate=locate_cut)  # fmt: skip
     said = _("✗ train_gpt: the forward it trains: {problem}")
     problem = re.sub(r"^✗ forward[:：] ?", "", trains.message)  # what is wrong in the forward
     cut = CheckResult(False, said.format(problem=problem))
@@ -300,6 +363,8 @@ SAMPLE_MISTAKES = [  # each (message, the reference run another way)
      lambda s, f, w, *a: s(lambda w, idx, h: f(w, idx, h)[:, :1], w, *a)),
     (N_("each name still starts with the BOS id it was started from"),
      lambda s, f, w, h, bos, *a: [[bos, *name] for name in s(f, w, h, bos, *a)]),
+    (N_("top_k is never applied: at a setting with top_k every token can still be drawn"),
+     lambda s, f, w, h, bos, num, g, t, k, n: s(f, w, h, bos, num, g, t, None, n)),
 ]
 # fmt: on
 SAMPLE_SETTINGS = ((1.0, None), (0.7, 5), (1.5, 3))  # (temperature, top_k), one per trial
@@ -310,7 +375,7 @@ CROP_HINTS = [("must match the size", CROP), ("out of bounds", CROP)]
 def _drawn(sampler: Callable, w, n_head, bos, temperature, top_k) -> torch.Tensor:
     """sampler run with the reference forward, seed 5: 6 names of up to 12 tokens, -1 after each."""
     g = torch.Generator().manual_seed(5)
-    names = sampler(reference_forward, w, n_head, bos, 6, g, temperature, top_k, 12)
+    names = sampler(watched(reference_forward), w, n_head, bos, 6, g, temperature, top_k, 12)
     return torch.tensor([int(t) for name in names for t in [*name, -1]])
 
 
@@ -320,13 +385,29 @@ def _sample_inputs(g: torch.Generator) -> tuple:
     return w, asset.model.cfg.n_head, bos, *SAMPLE_SETTINGS[g.initial_seed() % 3]
 
 
+def _names_differ(got, expected) -> str | None:
+    """The first drawn name that differs, as ids (the names come joined by -1 from _drawn)."""
+    if not isinstance(got, torch.Tensor) or got.dim() != 1:
+        return None
+    split = lambda t: " ".join(map(str, t.tolist())).split("-1")[:-1]  # noqa: E731
+    mine, ref = split(got), split(expected)
+    for k, (a, b) in enumerate(zip(mine, ref, strict=False)):
+        if a != b:
+            said = _("name {k} of the {n} drawn differs: yours is the ids [{got}], the "
+                     "reference's [{expected}]")  # fmt: skip
+            return said.format(k=k, n=len(ref), got=a.strip(), expected=b.strip())
+    said = _("you returned {got} names where the reference draws {expected}")
+    return said.format(got=len(mine), expected=len(ref)) if len(mine) != len(ref) else None
+
+
 @solved_by(sample_names)
 def check_gpt_sample(fn: Callable) -> CheckResult:
     """`sample_names` with the reference forward and the trained microgpt (float64) at three
     settings of temperature and top_k, from equal generators."""
     wrong = [(hint, partial(_drawn, partial(how, sample_names))) for hint, how in SAMPLE_MISTAKES]
     return compare("sample_names", partial(_drawn, fn), partial(_drawn, sample_names),
-                   _sample_inputs, wrong, error_hints=CROP_HINTS, grads=False)  # fmt: skip
+                   _sample_inputs, wrong, error_hints=CROP_HINTS, grads=False, no_grad=True,
+                   describe=_names_differ)  # fmt: skip
 
 
 # --- The cache
@@ -404,9 +485,30 @@ def _fed_inputs(g: torch.Generator) -> tuple:
     return _weights(g), torch.randint(0, _V, (_B, _T), generator=g), _H, schedule
 
 
+def _calls_differ(got, expected) -> str | None:
+    """Which call's logits, or which block's cache entry, differ (the outputs of _fed)."""
+    (outs, cache), (ref_outs, ref_cache), at = got, expected, 0
+    if len(cache) != len(ref_cache):
+        said = _("after the {calls} calls your cache holds {got} entries, where the model's "
+                 "{blocks} blocks keep one (k, v) each")  # fmt: skip
+        return said.format(calls=len(outs), got=len(cache), blocks=len(ref_cache))
+    for i, (mine, ref) in enumerate(zip(outs, ref_outs, strict=True)):
+        if not close(mine, ref, 1e-5, 1e-4):
+            said = _("the logits of call {i} (positions {a} to {b}) differ from the reference's: "
+                     "{difference}")  # fmt: skip
+            how = mismatch(mine, ref, (), (), 1e-5, 1e-4, None, None)
+            return said.format(i=i, a=at, b=at + ref.size(1) - 1, difference=how)
+        at += ref.size(1)
+    said = _("the logits are right, but the (k, v) your cache holds for block {i} after the last "
+             "call differ from the reference's")  # fmt: skip
+    return said.format(i=next(i for i, (a, b) in enumerate(zip(cache, ref_cache, strict=True))
+                              if not close(a, b, 1e-5, 1e-4)))  # fmt: skip
+
+
 @solved_by(forward_cached)
 def check_gpt_forward_cached(fn: Callable, pieces=None) -> CheckResult:
     """`forward_cached` (2 blocks) fed 7 ids, a prefill then pieces: every call's logits, cache."""
     wrong = [(hint, partial(_fed, slip, reference)) for hint, slip in FORWARD_CACHED_MISTAKES]
     user, ref = partial(_fed, fn, pieces or reference), partial(_fed, forward_cached, reference)
-    return compare("forward_cached", user, ref, _fed_inputs, wrong, grads=False)
+    return compare("forward_cached", user, ref, _fed_inputs, wrong, grads=False,
+                   describe=_calls_differ)  # fmt: skip

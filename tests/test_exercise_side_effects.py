@@ -1,0 +1,113 @@
+"""One rule for side effects, applied by every check through `compare` (README, "Exercises"): a
+function that changes its inputs in place, moves torch's global random stream otherwise than the
+reference, or builds a graph where the page runs the model under no_grad is refused by name; a
+check leaves the global stream as it found it; adamw_step, whose page allows it, may update its
+inputs in place."""
+
+import torch
+
+from gptlib.exercises import generation, kv_cache, norms, training, your_gpt
+from gptlib.exercises.bpe import check_merge, solution_merge
+from gptlib.exercises.training import check_adamw_step, check_validation_loss
+
+GRAPH = "built a graph for a backward that nobody calls"
+
+
+def test_a_validation_loss_that_reseeds_the_global_stream_is_named():
+    def validation_loss(model, tokens, batch_size, n_batches, seed):
+        torch.manual_seed(seed)  # the global stream reseeded as a side effect
+        return training.solution_validation_loss(model, tokens, batch_size, n_batches, seed)
+
+    message = check_validation_loss(validation_loss).message
+    assert message.startswith("✗ validation_loss: your function moved torch's global random")
+
+
+def test_a_validation_loss_with_gradients_on_is_named():
+    def validation_loss(model, tokens, batch_size, n_batches, seed):
+        with torch.enable_grad():
+            was = model.training
+            model.eval()
+            g, total = torch.Generator().manual_seed(seed), 0.0
+            for _ in range(n_batches):
+                idx, labels = training.sample_batch(tokens, batch_size, model.cfg.block_size, g)
+                total += model(idx, labels)[1].item()
+            model.train(was)
+            return total / n_batches
+
+    assert GRAPH in check_validation_loss(validation_loss).message
+
+
+def test_a_sample_step_without_no_grad_is_named_as_11_names_it():
+    def sample_step(model, idx, temperature, top_k, top_p, generator):
+        with torch.enable_grad():
+            was = model.training
+            logits = model.eval()(idx[:, -model.cfg.block_size :])[0][:, -1]
+            model.train(was)
+        if temperature == 0:
+            return logits.argmax(-1, keepdim=True)
+        logits = generation.solution_filter_logits(logits / temperature, top_k, top_p)
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)
+
+    assert GRAPH in generation.check_sample_step(sample_step).message
+
+
+def test_a_decode_step_without_no_grad_is_named():
+    def decode_step(model, idx_new, cache):
+        with torch.enable_grad():
+            return model(idx_new, cache=cache)[0]
+
+    message = kv_cache.check_decode_step(decode_step).message
+    assert message.startswith("✗ decode_step:") and GRAPH in message
+
+
+def test_a_sampler_without_no_grad_is_named():
+    def sample_names(forward_fn, w, n_head, bos, num, generator, temperature=1.0, top_k=None,
+                     max_len=40):  # fmt: skip
+        idx, T = torch.full((num, 1), bos), w["pos_emb"].shape[0]
+        for _ in range(max_len):
+            logits = forward_fn(w, idx[:, -T:], n_head)[:, -1] / temperature
+            if top_k is not None:
+                kth = logits.topk(top_k, dim=-1).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+            if (idx[:, 1:] == bos).any(dim=1).all():
+                break
+        return [r[: r.index(bos)] if bos in r else r for r in idx[:, 1:].tolist()]
+
+    assert GRAPH in your_gpt.check_gpt_sample(sample_names).message
+
+
+def test_an_input_changed_in_place_is_named():
+    def rmsnorm(x, gain, eps=1e-5):
+        return x.div_((x.pow(2).mean(-1, keepdim=True) + eps).sqrt()).mul_(gain)
+
+    def merge(ids, pair, new_id):
+        ids[:] = solution_merge(ids, pair, new_id)
+        return ids
+
+    assert "changed its input x in place" in norms.check_rmsnorm(rmsnorm).message
+    assert "changed its input ids in place" in check_merge(merge).message
+
+
+def test_adamw_step_may_update_its_inputs_in_place_as_its_page_says():
+    def adamw_step(param, grad, m, v, steps_done, lr, betas, eps, weight_decay):
+        new = training.solution_adamw_step(param, grad, m, v, steps_done, lr, betas, eps,
+                                           weight_decay)  # fmt: skip
+        for old, value in zip((param, m, v), new, strict=True):
+            old.copy_(value)
+        return param, m, v
+
+    assert check_adamw_step(adamw_step).passed
+
+
+def test_a_check_gives_the_global_stream_back_as_it_found_it():
+    def draws(x, gain, eps=1e-5):
+        torch.rand(3)  # draws: refused, and the notebook's stream is given back all the same
+        return norms.solution_rmsnorm(x, gain, eps)
+
+    torch.manual_seed(0)
+    assert "global random stream" in norms.check_rmsnorm(draws).message
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    assert torch.equal(after, torch.rand(1))

@@ -194,8 +194,11 @@ def shown(value: object) -> str:
 
 
 def _answered(value: object) -> object:
-    """`value` ready for a template: a yes-or-no answer (or a list of them) as `shown` writes it,
-    anything else as it is."""
+    """`value` ready for a template: a yes-or-no answer (or a list of them, or a one-element bool
+    tensor, which a template writes as its value) as `shown` writes it, anything else as it is."""
+    if getattr(value, "dtype", None) is not None and str(value.dtype) == "torch.bool":
+        if value.dim() == 0:
+            return shown(bool(value))
     if _is_answer(value) or (
         isinstance(value, (list, tuple)) and value and all(_is_answer(v) for v in value)
     ):

@@ -169,12 +169,14 @@ def N_(message: str) -> str:
 
 # A yes-or-no answer as the reader's language writes it: True/False in English, 是/否 in Chinese.
 ANSWERS = {True: N_("True"), False: N_("False")}
+BOOL_NAMES = ("bool", "bool_")  # NumPy's bool type: numpy.bool (2.x), numpy.bool_ (1.x)
 
 
 def _is_answer(value: object) -> bool:
     """Whether `value` is a yes-or-no answer: a Python bool or a NumPy one (a tensor is not: its
     repr, `tensor(True)`, is PyTorch's and stays)."""
-    return isinstance(value, bool) or type(value).__name__ == "bool_"
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in BOOL_NAMES)
 
 
 def shown(value: object) -> str:

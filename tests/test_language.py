@@ -326,6 +326,13 @@ def test_tr_answers_a_bool_in_the_language_in_use():
     assert said == "是; by seed: [是, 否]; pair (否, 是); one (是,); count 1; t 是"
     assert tr("{t}", t=torch.tensor([True])) == "tensor([True])"  # a tensor of them: PyTorch's
     assert tr("{x}", x=[]) == "[]" and tr("{x}", x=[True, 2]) == "[True, 2]"
+    import numpy as np
+
+    try:
+        set_language("zh")
+        assert tr("{x} {y}", x=np.bool_(False), y=np.int64(1)) == "否 1"
+    finally:
+        set_language("en")
 
 
 def test_a_table_answers_its_bool_cells_in_the_language_in_use():

@@ -212,13 +212,34 @@ def tr(message: str, /, **values: object) -> str:
     """What a notebook prints or draws, in the language in use, with `values` filled in:
     `tr("{n} steps, loss {loss:.3f}", n=n, loss=loss)`. English in the English edition, Chinese in
     the Chinese one, from the same line of code. A bool value answers in the language too
-    (`True`/`False` in English, 是/否 in Chinese; see `shown`).
+    (`True`/`False` in English, 是/否 in Chinese; see `shown`), unless the template writes it as
+    code: `use_cache={cache}` or `{cache!s}` stays `use_cache=True` (a Chinese name, `共享权重={tied}`,
+    answers).
 
     Taught in notebook 00 (data and tokens)."""
     text = _(message)
     if not values:
         return text
-    return text.format(**{name: _answered(value) for name, value in values.items()})
+    coded = _written_as_code(text)
+    return text.format(
+        **{name: value if name in coded else _answered(value) for name, value in values.items()}
+    )
+
+
+def _written_as_code(template: str) -> set[str]:
+    """The fields of `template` that write their value as code, which stays as Python writes it in
+    any language: a keyword argument (`use_cache={cache}`) or an explicit `!s`/`!r`/`!a`."""
+    import re
+    import string
+
+    coded = set()
+    for literal, field, _spec, conversion in string.Formatter().parse(template):
+        if field is None:
+            continue
+        keyword = re.search(r"[A-Za-z0-9_]=$", literal)  # not ==, <=, nor a Chinese name=
+        if conversion or keyword:
+            coded.add(field.split(".")[0].split("[")[0])
+    return coded
 
 
 # What a PyTorch (or Python) error that a notebook shows as evidence means, one line in the

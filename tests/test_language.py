@@ -324,6 +324,17 @@ def test_tr_answers_a_bool_in_the_language_in_use():
     finally:
         set_language("en")
     assert said == "是; by seed: [是, 否]; pair (否, 是); one (是,); count 1; t 是"
+    code = (
+        "use_cache={cache!s:5} set_to_none={none}, {flag!r}; same: {same}; a == b: {eq}; 共享={t}"
+    )
+    try:
+        set_language("zh")
+        written = tr(code, cache=True, none=False, flag=True, same=True, eq=False, t=True)
+    finally:
+        set_language("en")
+    assert written == "use_cache=True  set_to_none=False, True; same: 是; a == b: 否; 共享=是", (
+        written
+    )
     assert tr("{t}", t=torch.tensor([True])) == "tensor([True])"  # a tensor of them: PyTorch's
     assert tr("{x}", x=[]) == "[]" and tr("{x}", x=[True, 2]) == "[True, 2]"
     import numpy as np

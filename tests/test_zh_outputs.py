@@ -124,6 +124,7 @@ def test_the_chinese_outputs_hold_at_most_one_english_word_per_ten_han_character
 # Where True or False in a Chinese line is not an answer but the value of a bool tensor the sentence
 # names, reviewed: "future 有 21 个为 True", "对角线以上为 True", "（True = 遮住）"; and keyword arguments
 # (set_to_none=True), which are code.
+CODE_ANSWERED = re.compile(r"[A-Za-z0-9_]=\s*[是否](?![\u4e00-\u9fff])")
 VALUE_NAMED = re.compile(r"\w+\s*=\s*(True|False)\b|为 (True|False)\b|\b(True|False) = ")
 
 
@@ -136,6 +137,8 @@ def answers_in_chinese_lines(nb: dict, name: str) -> list[str]:
             for line in output:
                 bare = VALUE_NAMED.sub(" ", line)
                 if HAN.search(line) and re.search(r"\b(True|False)\b", bare):
+                    found.append(f"{name} cell {cell.get('id')}: {line.strip()[:100]}")
+                elif CODE_ANSWERED.search(line):  # use_cache=是: code is Python's, not Chinese
                     found.append(f"{name} cell {cell.get('id')}: {line.strip()[:100]}")
     return found
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import re
+from functools import cache
 
 import pytest
 from test_translations import (
@@ -87,7 +88,12 @@ def not_english(nb: dict) -> set[str]:
     read as English, whatever the code calls a variable), and the English terms the Chinese prose
     itself writes (token, loss, logits, batch, warmup, MLP). True and False are English."""
     names = {n for n in identifiers(nb) if n.lower() not in VOCABULARY}
-    return (names | _terms_the_chinese_prose_keeps()) - ANSWERS
+    return (names | _terms_kept()) - ANSWERS
+
+
+@cache
+def _terms_kept() -> frozenset[str]:
+    return frozenset(_terms_the_chinese_prose_keeps())
 
 
 def english_and_han(nb: dict, name: str) -> tuple[int, int]:
@@ -208,3 +214,21 @@ def test_the_scans_find_english_in_the_english_edition():
         if re.search(r"\b(True|False)\b", VALUE_NAMED.sub(" ", line))
     ]
     assert len(answered) >= 10, answered
+
+
+def test_no_widget_is_stored_as_its_repr(zh_notebooks):
+    """Where no widget is drawn (a page, a diff, a terminal), an explorer says what it is in the
+    reader's language, in both editions, not `VBox(children=(HBox(...`."""
+    shown = {}
+    for path in ENGLISH:
+        for edition, nb in (("en", _load(path)), ("zh", zh_notebooks[path.name])):
+            for cell in nb["cells"]:
+                for output in cell.get("outputs", []):
+                    data = output.get("data", {})
+                    if "application/vnd.jupyter.widget-view+json" in data:
+                        text = source({"source": data.get("text/plain", "")})
+                        shown[f"{edition} {path.stem} {cell.get('id')}"] = text
+    assert len(shown) >= 6, shown  # the explorers of 03, 04 and 08, in both editions
+    reprs = {k: t for k, t in shown.items() if re.match(r"\w+\(\w+=", t)}
+    assert not reprs, reprs
+    assert all(HAN.search(t) for k, t in shown.items() if k.startswith("zh")), shown

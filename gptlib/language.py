@@ -28,6 +28,8 @@ import datetime
 import gettext
 import io
 import os
+import re
+import string
 import sys
 import unicodedata
 from collections.abc import Mapping
@@ -179,6 +181,13 @@ def _is_answer(value: object) -> bool:
     return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in BOOL_NAMES)
 
 
+def _are_answers(value: object) -> bool:
+    """Whether `value` is a yes-or-no answer or a (non-empty) list or tuple of them."""
+    return _is_answer(value) or (
+        isinstance(value, (list, tuple)) and bool(value) and all(_is_answer(v) for v in value)
+    )
+
+
 def shown(value: object) -> str:
     """`value` as a reader reads it in the language in use: a bool (or a list or tuple of bools)
     as the language answers yes or no (`True`, `[True, False]` in English; `是`, `[是, 否]` in
@@ -187,7 +196,7 @@ def shown(value: object) -> str:
     Not taught in a notebook: how `tr` and a table show a yes-or-no answer."""
     if _is_answer(value):
         return _(ANSWERS[bool(value)])
-    if isinstance(value, (list, tuple)) and value and all(_is_answer(v) for v in value):
+    if _are_answers(value):
         inner = ", ".join(shown(v) for v in value)
         if isinstance(value, tuple):
             return f"({inner},)" if len(value) == 1 else f"({inner})"
@@ -198,14 +207,9 @@ def shown(value: object) -> str:
 def _answered(value: object) -> object:
     """`value` ready for a template: a yes-or-no answer (or a list of them, or a one-element bool
     tensor, which a template writes as its value) as `shown` writes it, anything else as it is."""
-    if getattr(value, "dtype", None) is not None and str(value.dtype) == "torch.bool":
-        if value.dim() == 0:
-            return shown(bool(value))
-    if _is_answer(value) or (
-        isinstance(value, (list, tuple)) and value and all(_is_answer(v) for v in value)
-    ):
-        return shown(value)
-    return value
+    if str(getattr(value, "dtype", "")) == "torch.bool" and value.dim() == 0:
+        return shown(bool(value))
+    return shown(value) if _are_answers(value) else value
 
 
 def tr(message: str, /, **values: object) -> str:
@@ -229,9 +233,6 @@ def tr(message: str, /, **values: object) -> str:
 def _written_as_code(template: str) -> set[str]:
     """The fields of `template` that write their value as code, which stays as Python writes it in
     any language: a keyword argument (`use_cache={cache}`) or an explicit `!s`/`!r`/`!a`."""
-    import re
-    import string
-
     coded = set()
     for literal, field, _spec, conversion in string.Formatter().parse(template):
         if field is None:
@@ -312,8 +313,6 @@ def gloss(error: BaseException | str) -> str:
     their own code. `error` is the exception, a warning, or its message.
 
     Not taught in a notebook: how the notebooks explain the errors they show."""
-    import re
-
     message = str(error)
     for pattern, sentence in GLOSSES:
         found = re.search(pattern, message)

@@ -34,6 +34,7 @@ import gettext
 import io
 import os
 import re
+import string
 import sys
 import unicodedata
 from collections.abc import Mapping
@@ -47,11 +48,13 @@ __all__ = [
     "SpeakingArgumentParser",
     "SpeakingHelpFormatter",
     "_",
+    "gloss",
     "get_language",
     "language_from_locale",
     "screen_width",
     "said",
     "set_language",
+    "shown",
     "tr",
 ]
 
@@ -166,14 +169,167 @@ def _(message: str) -> str:
     return _translations(_language).gettext(message) if message else message
 
 
+def N_(message: str) -> str:
+    """`message` as it is, marked for the catalogue: a sentence kept in a table when the module
+    is imported, and translated with `_` where it is shown (gettext's "noop" convention).
+
+    Not taught in a notebook: how the exercises' tables of slips are translated."""
+    return message
+
+
+# A yes-or-no answer as the reader's language writes it: True/False in English, 是/否 in Chinese.
+ANSWERS = {True: N_("True"), False: N_("False")}
+BOOL_NAMES = ("bool", "bool_")  # NumPy's bool type: numpy.bool (2.x), numpy.bool_ (1.x)
+
+
+def _is_answer(value: object) -> bool:
+    """Whether `value` is a yes-or-no answer: a Python bool or a NumPy one (a tensor is not: its
+    repr, `tensor(True)`, is PyTorch's and stays)."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in BOOL_NAMES)
+
+
+def _are_answers(value: object) -> bool:
+    """Whether `value` is a yes-or-no answer or a (non-empty) list or tuple of them."""
+    return _is_answer(value) or (
+        isinstance(value, (list, tuple)) and bool(value) and all(_is_answer(v) for v in value)
+    )
+
+
+def shown(value: object) -> str:
+    """`value` as a reader reads it in the language in use: a bool (or a list or tuple of bools)
+    as the language answers yes or no (`True`, `[True, False]` in English; `是`, `[是, 否]` in
+    Chinese), anything else as `str` shows it.
+
+    Not taught in a notebook: how `tr` and a table show a yes-or-no answer."""
+    if _is_answer(value):
+        return _(ANSWERS[bool(value)])
+    if _are_answers(value):
+        inner = ", ".join(shown(v) for v in value)
+        if isinstance(value, tuple):
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return f"[{inner}]"
+    return str(value)
+
+
+def _answered(value: object) -> object:
+    """`value` ready for a template: a yes-or-no answer (or a list of them, or a one-element bool
+    tensor, which a template writes as its value) as `shown` writes it, anything else as it is."""
+    if str(getattr(value, "dtype", "")) == "torch.bool" and value.dim() == 0:
+        return shown(bool(value))
+    return shown(value) if _are_answers(value) else value
+
+
 def tr(message: str, /, **values: object) -> str:
     """What a notebook prints or draws, in the language in use, with `values` filled in:
     `tr("{n} steps, loss {loss:.3f}", n=n, loss=loss)`. English in the English edition, Chinese in
-    the Chinese one, from the same line of code.
+    the Chinese one, from the same line of code. A bool value answers in the language too
+    (`True`/`False` in English, 是/否 in Chinese; see `shown`), unless the template writes it as
+    code: `use_cache={cache}` or `{cache!s}` stays `use_cache=True` (a Chinese name, `共享权重={tied}`,
+    answers).
 
     Taught in notebook 00 (data and tokens)."""
     text = _(message)
-    return text.format(**values) if values else text
+    if not values:
+        return text
+    coded = _written_as_code(text)
+    return text.format(
+        **{name: value if name in coded else _answered(value) for name, value in values.items()}
+    )
+
+
+def _written_as_code(template: str) -> set[str]:
+    """The fields of `template` that write their value as code, which stays as Python writes it in
+    any language: a keyword argument (`use_cache={cache}`) or an explicit `!s`/`!r`/`!a`."""
+    coded = set()
+    for literal, field, _spec, conversion in string.Formatter().parse(template):
+        if field is None:
+            continue
+        keyword = re.search(r"[A-Za-z0-9_]=$", literal)  # not ==, <=, nor a Chinese name=
+        if conversion or keyword:
+            coded.add(field.split(".")[0].split("[")[0])
+    return coded
+
+
+# What a PyTorch (or Python) error that a notebook shows as evidence means, one line in the
+# reader's language: the error's own text (a pattern whose groups fill the sentence) -> the sentence.
+GLOSSES: list[tuple[str, str]] = [
+    (
+        r"mat1 and mat2 shapes cannot be multiplied \((?P<a>\d+x\d+) and (?P<b>\d+x\d+)\)",
+        N_(
+            "the matrix product needs the first matrix's columns to equal the second's rows: "
+            "here {a} times {b}"
+        ),
+    ),
+    (
+        r"Expected floating point type for target with class probabilities, got (?P<got>\w+)",
+        N_(
+            "a target of the logits' own shape is read as probabilities over the classes, which "
+            "must be floats; these are integers ({got})"
+        ),
+    ),
+    (
+        r"Expected target size (?P<want>\[[^\]]*\]), got (?P<got>\[[^\]]*\])",
+        N_(
+            "cross_entropy takes dimension 1 of the logits as the classes, so it wants targets "
+            "of shape {want} and got {got}"
+        ),
+    ),
+    (
+        r"Trying to backward through the graph a second time",
+        N_(
+            "the first backward pass freed what the forward pass had stored: a second one needs "
+            "a new forward pass"
+        ),
+    ),
+    (
+        r"optimizer contains a parameter group with duplicate parameters",
+        N_("the optimizer's group lists the same parameter twice"),
+    ),
+    (
+        r"some parameters appear in more than one parameter group",
+        N_("the same parameter is in two of the optimizer's groups"),
+    ),
+    (
+        r"The size of tensor a \((?P<a>\d+)\) must match the size of tensor b \((?P<b>\d+)\) "
+        r"at non-singleton dimension (?P<dim>\d+)",
+        N_(
+            "the two tensors cannot be added element by element: their dimension {dim} is {a} "
+            "in one and {b} in the other, and neither is 1 to be broadcast"
+        ),
+    ),
+    (
+        r"size mismatch for (?P<name>[\w.]+): copying a param with shape "
+        r"torch\.Size\((?P<saved>\[[^\]]*\])\) from checkpoint, the shape in current model is "
+        r"torch\.Size\((?P<model>\[[^\]]*\])\)",
+        N_(
+            "the saved {name} has shape {saved} and the model's {model}: a tensor loads only "
+            "into one of its own shape"
+        ),
+    ),
+    (
+        r"index out of range in self",
+        N_("an index is past the end of the table: it has fewer rows than the index asks for"),
+    ),
+]
+
+
+def gloss(error: BaseException | str) -> str:
+    """One line saying, in the language in use, what a PyTorch (or Python) error shown as evidence
+    means: a notebook prints it above the error as PyTorch wrote it (`RuntimeError: mat1 and mat2
+    shapes cannot be multiplied ...`), which stays as it is, since it is what a reader meets in
+    their own code. `error` is the exception, a warning, or its message.
+
+    Not taught in a notebook: how the notebooks explain the errors they show."""
+    message = str(error)
+    for pattern, sentence in GLOSSES:
+        found = re.search(pattern, message)
+        if found:
+            return _("in short: {meaning}").format(meaning=_(sentence).format(**found.groupdict()))
+    raise ValueError(
+        f"no gloss for the message {message!r}: add a pattern and its sentence to "
+        "gptlib.language.GLOSSES (then python -m gptlib.language update)"
+    )
 
 
 class Said(str):
@@ -203,14 +359,6 @@ def said(template: str, /, **values: object) -> Said:
 
     Not taught in a notebook: how a shape table's rows are shown in Chinese."""
     return Said(template, **values)
-
-
-def N_(message: str) -> str:
-    """`message` as it is, marked for the catalogue: a sentence kept in a table when the module
-    is imported, and translated with `_` where it is shown (gettext's "noop" convention).
-
-    Not taught in a notebook: how the exercises' tables of slips are translated."""
-    return message
 
 
 # What argparse itself says to a reader, word for word as Python's argparse writes it (its own

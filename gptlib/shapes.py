@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from gptlib.config import GPTConfig
-from gptlib.language import N_, _, said, screen_width
+from gptlib.language import N_, _, said, screen_width, shown
 from gptlib.model import GPT, IGNORE_INDEX, attention_weights
 
 # ---------------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ class Table:
         return [_(c) for c in self.columns]
 
     def __str__(self) -> str:
-        cells = [self.headings()] + [[str(v) for v in row] for row in self.rows]
+        cells = [self.headings()] + [[shown(v) for v in row] for row in self.rows]
         widths = [max(screen_width(r[i]) for r in cells) for i in range(len(self.columns))]
         # Numbers line up on the right, words on the left.
         numeric = [
@@ -104,7 +104,8 @@ class Table:
         esc = html.escape
         head = "".join(f"<th>{esc(c)}</th>" for c in self.headings())
         body = "".join(
-            "<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in row) + "</tr>" for row in self.rows
+            "<tr>" + "".join(f"<td>{esc(shown(v))}</td>" for v in row) + "</tr>"
+            for row in self.rows
         )
         caption = f"<caption>{esc(self.title)}</caption>" if self.title else ""
         footer = f"<p>{esc(self.footer)}</p>" if self.footer else ""

@@ -29,6 +29,20 @@ from gptlib.tokenizer import CharTokenizer
 _WIDE = {"description_width": "initial"}
 
 
+class _Explorer(W.VBox):
+    """An explorer's box. Where no widget can be drawn (a page without the notebook's kernel, a
+    terminal) it says what it is in the reader's language instead of its repr
+    (`VBox(children=(HBox(...`)."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        data = super()._repr_mimebundle_(**kwargs)
+        if data:
+            data["text/plain"] = _(
+                "An interactive figure: its sliders work when the notebook runs in Jupyter."
+            )
+        return data
+
+
 def _show(out: W.Output, *items) -> None:
     """Replace what an Output widget shows: strings are printed, anything else displayed."""
     with out:
@@ -102,7 +116,7 @@ def _temperature_controls(vocab_size: int) -> W.VBox:
         value=0, min=0, max=vocab_size, step=1, description=_("top-k (0=off)"), style=_WIDE
     )
     plot_output, samples_output = W.Output(), W.Output()
-    box = W.VBox([W.HBox([temperature, top_k]), plot_output, samples_output])
+    box = _Explorer([W.HBox([temperature, top_k]), plot_output, samples_output])
     # CSS classes name the parts on the page (for styling, and for the browser tests).
     box.add_class("gptlib-temperature-explorer")
     plot_output.add_class("gptlib-probs")
@@ -210,7 +224,7 @@ def _heads_controls(counts: list[int], context: str) -> W.VBox:
         "looked at (key); colour from 0 (dark) to 1 (yellow); white = the masked future."
     )
     legend = W.HTML(f"<small>{said}</small>")
-    box = W.VBox([W.HBox([heads, text]), caption, maps_box, legend])
+    box = _Explorer([W.HBox([heads, text]), caption, maps_box, legend])
     box.add_class("gptlib-heads-explorer")  # CSS classes name the parts on the page
     caption.add_class("gptlib-head-caption")
     maps_box.add_class("gptlib-head-maps")
@@ -397,7 +411,7 @@ def attention_scale_explorer(seed: int = 0) -> W.VBox:
     d_k = W.SelectionSlider(options=[2**i for i in range(10)], value=64, description="d_k")
     scaled = W.Checkbox(value=True, description=_("divide by √d_k"))
     plot_output = W.Output()
-    box = W.VBox([W.HBox([d_k, scaled]), plot_output])
+    box = _Explorer([W.HBox([d_k, scaled]), plot_output])
     box.d_k, box.scaled, box.plot_output = d_k, scaled, plot_output
 
     def update(_change=None) -> None:

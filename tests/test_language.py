@@ -306,3 +306,128 @@ def test_the_catalogue_reads_the_same_solution_comments_as_show_solution_prints(
 
     static = language._solution_comments(Path(language.__file__).parent / "exercises")
     assert set(static) == set(solution_comments()) and len(static) >= 50
+
+
+def test_tr_answers_a_bool_in_the_language_in_use():
+    """A yes-or-no value of `tr` is True/False in English, exactly as str.format writes it (the
+    English outputs do not change), and 是/否 in Chinese; a list or tuple of them too; numbers
+    (1 is not True) and tensors (PyTorch's own repr) are left as they are."""
+    import torch
+
+    template = "{a}; by seed: {each}; pair {pair}; one {one}; count {n}; t {t}"
+    values = dict(a=True, each=[True, False], pair=(False, True), one=(True,), n=1)
+    values["t"] = torch.tensor(True)
+    assert tr(template, **values) == template.format(**values)
+    try:
+        set_language("zh")
+        said = tr(template, **values)
+    finally:
+        set_language("en")
+    assert said == "是; by seed: [是, 否]; pair (否, 是); one (是,); count 1; t 是"
+    code = (
+        "use_cache={cache!s:5} set_to_none={none}, {flag!r}; same: {same}; a == b: {eq}; 共享={t}"
+    )
+    try:
+        set_language("zh")
+        written = tr(code, cache=True, none=False, flag=True, same=True, eq=False, t=True)
+    finally:
+        set_language("en")
+    assert written == "use_cache=True  set_to_none=False, True; same: 是; a == b: 否; 共享=是", (
+        written
+    )
+    assert tr("{t}", t=torch.tensor([True])) == "tensor([True])"  # a tensor of them: PyTorch's
+    assert tr("{x}", x=[]) == "[]" and tr("{x}", x=[True, 2]) == "[True, 2]"
+    import numpy as np
+
+    try:
+        set_language("zh")
+        assert tr("{x} {y}", x=np.bool_(False), y=np.int64(1)) == "否 1"
+    finally:
+        set_language("en")
+
+
+def test_a_table_answers_its_bool_cells_in_the_language_in_use():
+    from gptlib.shapes import Table
+
+    table = Table(["case", "same"], [["a", True], ["b", False]])
+    assert "True" in str(table) and "<td>False</td>" in table._repr_html_()
+    try:
+        set_language("zh")
+        text, page = str(table), table._repr_html_()
+    finally:
+        set_language("en")
+    assert [line.split() for line in text.splitlines()[-2:]] == [["a", "是"], ["b", "否"]], text
+    assert "<td>是</td>" in page and "<td>否</td>" in page
+    assert "True" not in text + page and table.column("same") == [True, False]  # values stay
+
+
+def _pytorch_errors():
+    """The errors the notebooks show as evidence, raised by PyTorch itself: the message -> the
+    values its gloss must name."""
+    import warnings
+
+    import torch
+    import torch.nn.functional as F
+
+    found = []
+
+    def caught(attempt, *named):
+        try:
+            attempt()
+        except (RuntimeError, ValueError, IndexError) as error:
+            found.append((error, named))
+        else:
+            raise AssertionError("did not raise")
+
+    caught(lambda: torch.ones(27, 16) @ torch.ones(4, 16), "27x16", "4x16")
+    caught(lambda: F.cross_entropy(torch.randn(6, 27), F.one_hot(torch.arange(6), 27)), "Long")
+    caught(lambda: F.cross_entropy(torch.randn(4, 7, 27), torch.zeros(4, 7).long()), "[4, 27]")
+    caught(lambda: torch.ones(2, 5, 8) + torch.ones(2, 5, 32), "8", "32", "2")
+    caught(lambda: torch.nn.Embedding(8, 4)(torch.arange(9)))
+    small, big = torch.nn.Linear(8, 16), torch.nn.Linear(16, 16)
+    caught(lambda: big.load_state_dict(small.state_dict()), "weight", "[16, 8]", "[16, 16]")
+    caught(lambda: torch.optim.AdamW([{"params": [big.weight]}, {"params": [big.weight]}]))
+    loss = big(torch.ones(16)).sum()
+    loss.backward()
+    caught(loss.backward)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        torch.optim.AdamW([big.weight, big.weight])
+    found.append((warned[0].message, ()))
+    return found
+
+
+def test_every_error_a_notebook_shows_gets_its_own_gloss_in_the_language_in_use():
+    """gloss() names what each PyTorch error means, each with its own sentence and the values of
+    its message; in Chinese under the Chinese edition; an error it does not know is refused with
+    what to do, not glossed with a sentence that says nothing."""
+    errors = _pytorch_errors()
+    english = [language.gloss(e) for e, _ in errors]
+    assert len(set(english)) == len(errors) == len(language.GLOSSES), english
+    for (error, named), said in zip(errors, english, strict=True):
+        assert said.startswith("in short: ") and all(v in said for v in named), (error, said)
+    try:
+        set_language("zh")
+        chinese = [language.gloss(e) for e, _ in errors]
+    finally:
+        set_language("en")
+    for (error, named), said in zip(errors, chinese, strict=True):
+        assert len(HAN.findall(said)) >= 8 and all(v in said for v in named), (error, said)
+        assert not re.search(r"[A-Za-z]{3,}(?: [A-Za-z]{2,}){3}", said), said  # no English left
+    with pytest.raises(ValueError, match="GLOSSES"):
+        language.gloss(RuntimeError("a message PyTorch never wrote"))
+
+
+def test_an_explorer_shows_a_sentence_not_its_repr_where_no_widget_is_drawn():
+    from gptlib import widgets
+
+    box = widgets.attention_scale_explorer()
+    data = box._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data  # the widget itself is kept
+    assert "VBox" not in data["text/plain"] and "Jupyter" in data["text/plain"]
+    try:
+        set_language("zh")
+        said = box._repr_mimebundle_()["text/plain"]
+    finally:
+        set_language("en")
+    assert HAN.search(said) and "VBox" not in said

@@ -10,13 +10,21 @@ import re
 import shlex
 import signal
 import sys
+import tempfile
+import time
 from functools import partial
 
 import torch
 
 from gptlib import distributed
 from gptlib.bigram import bigram_loss
-from gptlib.checkpoint import CheckpointError, load_checkpoint
+from gptlib.checkpoint import (
+    CheckpointError,
+    checkpoint_size,
+    free_bytes,
+    load_checkpoint,
+    save_error,
+)
 from gptlib.config import PRESETS, preset
 from gptlib.data import BUILT_IN, READINGS, load_corpus
 from gptlib.device import DTYPES, choose_device
@@ -33,10 +41,15 @@ from gptlib.model import GPT
 from gptlib.run import (
     StopSignals,
     TrainingRun,
+    available_memory,
     check_memory,
+    check_space,
+    check_step_time,
     claim,
     exit_code,
+    no_space,
     output_path,
+    readable_size,
     same_file,
     signal_name,
 )
@@ -128,6 +141,7 @@ TRAIN_DEFAULTS = {
 }
 SHAPE_FLAGS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "attention")
 DEFAULT_OUT = "runs/model.pt"
+MAX_STEP_SECONDS = 120.0
 
 
 def _by_preset(field: str) -> str:
@@ -379,6 +393,14 @@ def _train_run_arguments(t: argparse.ArgumentParser) -> None:
         action="store_true",
         help=_("no progress bar (default: a progress bar)"),
     )
+    t.add_argument(
+        "--max-step-seconds",
+        type=_positive_float,
+        default=MAX_STEP_SECONDS,
+        help=_("refuse, before any work, a run whose one step is expected to take longer than "
+               "this, estimated from its size and a rate measured on the device (default: "
+               "{seconds:g})").format(seconds=MAX_STEP_SECONDS),
+    )  # fmt: skip
 
 
 def _sample_parser(sub) -> None:
@@ -705,47 +727,163 @@ def _load(settings, say):
 
 def _run(args, settings, ck, out, ranks, device, say, signals, notes, changes) -> int:
     run = _start(args, settings, ck, ranks, device, say, notes, changes)
-    save = partial(run.save, with_optimizer=not args.no_optimizer_state)
+    with_optimizer = not args.no_optimizer_state
+    if ranks.is_main:  # room for the checkpoint, before the first step
+        check_space(out, checkpoint_size(run.model, with_optimizer, run.total))
+        signals.kept = partial(_kept_line, out)
+    if ck is not None:
+        run.keep_start_as_healthy()
     signals.mode = "defer"
     try:
-        say(_("training: Ctrl-C (or SIGTERM, SIGHUP) stops after the current step and saves "
-              "to {out}").format(out=out))  # fmt: skip
+        say(_("training: Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT) stops after the current step and "
+              "saves to {out}").format(out=out))  # fmt: skip
         diverged = _steps(run, args, ranks, signals)
         signals.mode = "hold"  # from here to the end of the save, a signal waits for the save
+        left, restored = None, False
+        if diverged is not None:
+            left = run.left_range(diverged)
+            restored = run.back_to_healthy()
         states = run.states_to_save(diverged is not None)
         if run.history.interrupted:
             said = _("interrupted at step {done} of {total}: keeping what was learned so far")
             say(said.format(done=run.done, total=run.total))
         if not ranks.is_main:
             return 0
-        _check_saveable(run, diverged, out)
+        _check_saveable(run, diverged, left, restored, out)
         resumed_in_place = args.resume is not None and same_file(out, args.resume)
-        saved = save(out, {}, states, overwrite=args.overwrite or resumed_in_place)
+        overwrite = args.overwrite or resumed_in_place
+        saved = _save_keeping_the_run(run, out, states, overwrite, with_optimizer)
     finally:
         signals.mode = "raise"
-    if saved != out:
+    if saved is None:
+        return EXIT_NOT_SAVED
+    if saved != out and not os.path.basename(saved).startswith(RESCUE_PREFIX):
         said = _("{out} appeared while training (written by something else) and was left alone")
         print(said.format(out=out))
     print(_("saved {path}").format(path=saved))
     if diverged:
-        lower = f"{settings['lr'] / 10:.3g}"
-        said = _("{prog}: error: {what}; the run stopped there and its last finite state (step "
-                 "{done}) is saved in {saved}; continue with a lower learning rate: "
-                 "{command}")  # fmt: skip
-        print(
-            said.format(
-                prog=f"{PROG} train",
-                what=_what(diverged),
-                done=run.done,
-                saved=saved,
-                command=_command("train", "--resume", saved, "--lr", lower),
-            ),
-            file=sys.stderr,
-        )
+        print(_diverged_line(run, diverged, left, saved), file=sys.stderr)
         return EXIT_DIVERGED
-    return _after_save(
-        run, args, signals, saved, lambda summary: save(saved, summary, states, overwrite=True)
+    save_again = partial(_save_again, run, saved, states, with_optimizer)
+    return _after_save(run, args, signals, saved, save_again)
+
+
+EXIT_NOT_SAVED = 1
+RESCUE_PREFIX = "gptlib-rescued-"
+
+
+def _kept_line(out: str) -> str:
+    """What a run ended at once keeps: `out` as it was, with its step and age, or nothing."""
+    try:
+        age = max(0.0, time.time() - os.path.getmtime(out))
+    except OSError:
+        return _("nothing was saved, since this run had not saved yet")
+    said = _("{out} is kept as it was, saved {age} ago; the steps since then are lost")
+    return said.format(out=out, age=_age(age))
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return _("{n} s").format(n=f"{seconds:.0f}")
+    if seconds < 7200:
+        return _("{n} min").format(n=f"{seconds / 60:.0f}")
+    return _("{n} h").format(n=f"{seconds / 3600:.1f}")
+
+
+def _save_keeping_the_run(run, out, states, overwrite, with_optimizer) -> str | None:
+    """Save the run to `out`; when that fails for want of space or of a name the file system
+    takes, or of a folder, to a new file in `out`'s folder, then in the system's temporary
+    folder, saying in one line what failed and where it went instead. Whatever was at `out`
+    stays whole (a save is atomic). None, after one line, when nowhere would take it; in a
+    terminal, the run waits in memory for space to be freed instead."""
+    need = checkpoint_size(run.model, with_optimizer, run.done)
+    while True:
+        failed = []
+        for path, replace in _places(out, overwrite, run.done):
+            free = free_bytes(path)
+            if free is not None and free < need:
+                failed.append((path, no_space(path, need, free)))
+                continue
+            try:
+                saved = run.save(path, {}, states, overwrite=replace, with_optimizer=with_optimizer)
+            except (OSError, RuntimeError) as e:
+                why = save_error(e)
+                if why is None:
+                    raise
+                failed.append((path, why))
+                continue
+            if failed:
+                said = _("could not save {out} ({why}); the run was saved to {path} instead")
+                print(said.format(out=failed[0][0], why=failed[0][1], path=saved), file=sys.stderr)
+            return saved
+        reasons = "; ".join(f"{path}: {why}" for path, why in failed)
+        if not sys.stdin.isatty():
+            said = _("{prog}: error: the run could not be saved anywhere ({reasons}); its "
+                     "{done} steps are lost")  # fmt: skip
+            print(
+                said.format(prog=f"{PROG} train", reasons=reasons, done=run.done), file=sys.stderr
+            )
+            return None
+        said = _("the run could not be saved anywhere ({reasons}); it is still in memory: free "
+                 "some space and press Enter to try again, or Ctrl-C to end without saving")  # fmt: skip
+        print(said.format(reasons=reasons), file=sys.stderr, flush=True)
+        try:
+            sys.stdin.readline()
+        except KeyboardInterrupt:
+            return None
+
+
+def _places(out: str, overwrite: bool, done: int) -> list[tuple[str, bool]]:
+    """Where a run is saved: `out`, then a new file in its folder, then in the system's
+    temporary folder (each a short name, for a file system that refused a long one)."""
+    name = f"{RESCUE_PREFIX}step{done}.pt"
+    folders = dict.fromkeys([os.path.dirname(os.path.abspath(out)), tempfile.gettempdir()])
+    return [(out, overwrite), *((os.path.join(folder, name), False) for folder in folders)]
+
+
+def _save_again(run, saved, states, with_optimizer, summary) -> None:
+    """Add the final evaluation to the checkpoint; a failure leaves the first save whole."""
+    try:
+        run.save(saved, summary, states, overwrite=True, with_optimizer=with_optimizer)
+    except (OSError, RuntimeError) as e:
+        why = save_error(e)
+        if why is None:
+            raise
+        said = _("note: the final evaluation could not be added to {path} ({why}); the "
+                 "checkpoint saved before it is kept whole")  # fmt: skip
+        print(said.format(path=saved, why=why))
+
+
+def _diverged_line(run, diverged, left, saved) -> str:
+    step, loss, lr = left
+    said = _("{prog}: error: step {step}: the loss left its range ({why}) at lr {lr}; the run "
+             "stopped at {what}; its last healthy state (step {done}) is saved in {saved}; "
+             "continue with a lower learning rate: {command}")  # fmt: skip
+    return said.format(
+        prog=f"{PROG} train",
+        step=step,
+        why=_out_of_range(run, loss),
+        lr=f"{lr:.3g}",
+        what=_what(diverged),
+        done=run.done,
+        saved=saved,
+        command=_command("train", "--resume", saved, "--lr", _lower_rate(lr)),
     )
+
+
+def _out_of_range(run, loss: float) -> str:
+    if not math.isfinite(loss):
+        return _("it became {value}").format(value=loss)
+    said = _("{value}, worse than a uniform guess over the {vocab} symbols, ln {vocab} = {guess}, "
+             "by more than a nat")  # fmt: skip
+    vocab = run.corpus.vocab_size
+    return said.format(value=f"{loss:.3g}", vocab=vocab, guess=f"{math.log(vocab):.2f}")
+
+
+def _lower_rate(lr: float) -> str:
+    """A peak rate a tenth of `lr` (the rate at which the loss left its range), in two
+    significant digits: the schedule never goes above its peak, so never near `lr`."""
+    return f"{lr / 10:.2g}"
 
 
 def _start(args, settings, ck, ranks, device, say, notes, changes) -> TrainingRun:
@@ -757,6 +895,7 @@ def _start(args, settings, ck, ranks, device, say, notes, changes) -> TrainingRu
     cfg = _config(args, settings, corpus, ck)
     corpus.check_fits(cfg.block_size)
     check_memory(cfg, settings["batch_size"], device)
+    check_step_time(cfg, settings["batch_size"], device, args.max_step_seconds)
     start = ck.step if ck is not None else 0
     if start >= total:
         said = _("{run} is already at step {start} of its {total}; pass --steps with a larger "
@@ -853,16 +992,24 @@ def _what(e: Diverged) -> str:
     return said.format(step=e.step, what=what, value=e.value, lr=f"{e.lr:.3g}")
 
 
-def _check_saveable(run: TrainingRun, diverged: Diverged | None, out: str) -> None:
-    """Refuse to save a diverged run that has nothing new, or whose weights are not finite."""
-    if diverged and run.done == run.start:
-        said = _("{what}, before any step of this run finished, so there is nothing new to "
-                 "save; start again with a lower --lr (or a longer --warmup)")  # fmt: skip
-        raise ValueError(said.format(what=_what(diverged)))
-    if diverged and not _finite(run.model):
-        said = _("{what}, and the weights are no longer finite, so nothing was saved")
+def _check_saveable(run, diverged, left, restored: bool, out: str) -> None:
+    """Refuse to save a diverged run that has no healthy state newer than its start."""
+    if diverged and not restored:
+        step, loss, lr = left
+        said = _("{what}; the loss left its range at step {step} ({why}) at lr {lr}, and no "
+                 "evaluation of this run was healthy after it started, so there is nothing new to "
+                 "save{kept}; run it with --lr {lower} or lower (or a longer --warmup)")  # fmt: skip
         kept = _("; {out} keeps step {start}").format(out=out, start=run.start)
-        raise ValueError(said.format(what=_what(diverged)) + (kept if os.path.exists(out) else ""))
+        raise ValueError(
+            said.format(
+                what=_what(diverged),
+                step=step,
+                why=_out_of_range(run, loss),
+                lr=f"{lr:.3g}",
+                kept=kept if run.start > 0 and os.path.exists(out) else "",
+                lower=_lower_rate(lr),
+            )
+        )
 
 
 def _after_save(run: TrainingRun, args, signals, saved: str, save_again) -> int:
@@ -912,10 +1059,6 @@ def _stop_name(e: BaseException) -> str:
     return signal_name(getattr(e, "signum", signal.SIGINT))
 
 
-def _finite(model) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
-
-
 # The final evaluation reads about this many windows from each split, in batches of the run's own
 # size (a batch that fitted training fits an evaluation, which keeps no gradients), 10 to 50 of
 # them.
@@ -935,18 +1078,51 @@ def _final_evaluation(model, corpus, device, batch_size, args) -> dict:
         train_loss = _mean_loss(model, corpus.train.to(device), batch_size, n, bar)
         val_loss = _mean_loss(model, corpus.val.to(device), batch_size, n, bar)
         bar.close()
-        bigram = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
     except KeyboardInterrupt as e:
         bar.close()
         print("\n" + _("{signal}: final evaluation stopped").format(signal=_stop_name(e)))
         return {}
-    gap = bigram - val_loss
+    except (RuntimeError, MemoryError) as e:  # out of memory, most often: the run is saved
+        bar.close()
+        said = _("note: the final evaluation failed ({error}) and was skipped; the checkpoint is "
+                 "saved")  # fmt: skip
+        print(said.format(error=_one_line(e)))
+        return {}
     said = _("final train loss {train}  val loss {val} nats/token")
     print(said.format(train=f"{train_loss:.4f}", val=f"{val_loss:.4f}"))
+    need, have = bigram_memory(corpus.vocab_size), available_memory(torch.device("cpu"))
+    if have is not None and need > have:
+        said = _("note: the bigram baseline was skipped: its table of {vocab} x {vocab} pairs "
+                 "needs about {need} and this machine has {have} free")  # fmt: skip
+        print(
+            said.format(
+                vocab=f"{corpus.vocab_size:,}", need=readable_size(need), have=readable_size(have)
+            )
+        )
+        return {"val_loss": val_loss}
+    try:
+        bigram = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
+    except KeyboardInterrupt as e:
+        print("\n" + _("{signal}: final evaluation stopped").format(signal=_stop_name(e)))
+        return {"val_loss": val_loss}
+    except (RuntimeError, MemoryError) as e:
+        print(
+            _("note: the bigram baseline failed ({error}) and was skipped").format(
+                error=_one_line(e)
+            )
+        )
+        return {"val_loss": val_loss}
+    gap = bigram - val_loss
     said = _("bigram baseline val loss {bigram}  (model is {gap} nats better)")
     said = said if gap >= 0 else _("bigram baseline val loss {bigram}  (model is {gap} nats worse)")
     print(said.format(bigram=f"{bigram:.4f}", gap=f"{abs(gap):.4f}"))
     return {"val_loss": val_loss, "bigram_val_loss": bigram}
+
+
+def bigram_memory(vocab_size: int) -> int:
+    """Bytes the bigram baseline holds at its peak: its table of counts (8 bytes a pair), the
+    table in float64 to smooth it (8 more) and its probabilities in float32 (4 more)."""
+    return 20 * vocab_size * vocab_size
 
 
 def _mean_loss(model, tokens, batch_size, n, bar) -> float:
@@ -1054,12 +1230,25 @@ def _main(argv: list[str] | None) -> int:
             command = f" {args.command}" if args is not None else ""
             said = _("{prog}: error: {message}\n")
             parser.exit(2, said.format(prog=parser.prog + command, message=_one_line(e)))
+        except BrokenPipeError:  # `sample ... | head`: the reader has all it wanted
+            _quiet_stdout()
+            return 128 + getattr(signal, "SIGPIPE", 13)
         except KeyboardInterrupt as e:  # at start-up, before training began: nothing to keep
             training = args is None or args.command == "train"
             said = _("{signal}: stopped before training started: nothing was saved")
             said = said if training else _("{signal}: stopped")
             print("\n" + said.format(signal=_stop_name(e)), file=sys.stderr)
             return exit_code(getattr(e, "signum", None))
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so that the flush at exit finds no closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _one_line(e: BaseException) -> str:

@@ -227,13 +227,29 @@ def test_after_a_kill_9_the_next_run_takes_over_and_cleans_up(tmp_path, capsys):
         proc.kill()
     left = os.listdir(tmp_path)
     assert left and "m.pt" not in left
-    orphan = tmp_path / ".m.pt.tmp-abcd_123.pt"  # as a save killed half-way leaves it
+    lock = tmp_path / os.path.basename(gptlib.run.lock_path(str(out)))
+    token = re.search(r" token ([0-9a-f]+)$", lock.read_text().strip())[1]  # the killed run's
+    orphan = tmp_path / f".m.pt.{token}.tmp-abcd_123.pt"  # as its save killed half-way leaves it
     orphan.write_bytes(b"half a checkpoint")
-    other = tmp_path / ".other.pt.tmp-abcd_123.pt"  # another checkpoint's: not this run's
+    other = tmp_path / f".other.pt.{token}.tmp-abcd_123.pt"  # another checkpoint's
+    users = tmp_path / ".m.pt.tmp-abcd_123.pt"  # the user's own file, named like an old one
+    users.write_bytes(b"mine")
     other.write_bytes(b"x")
     assert main(["train", *QUICK, "--steps", "2", "--samples", "0", "--out", str(out)]) == 0
     assert "removed 1 temporary file" in capsys.readouterr().out
-    assert sorted(os.listdir(tmp_path)) == [other.name, "m.pt"]
+    assert sorted(os.listdir(tmp_path)) == sorted([other.name, users.name, "m.pt"])
+    assert users.read_bytes() == b"mine"
+
+
+def test_a_users_file_named_like_a_temporary_file_is_never_removed(tmp_path, capsys):
+    out = tmp_path / "m.pt"
+    mine = tmp_path / ".m.pt.tmp-abcd_123.pt"  # the shape of a temporary file, without a token
+    mine.write_bytes(b"my file")
+    lock = tmp_path / os.path.basename(gptlib.run.lock_path(str(out)))
+    lock.write_text(f"{gptlib.run.LOCK_MARK}12345\n")  # a stale lock of an older run: no token
+    assert _train(out, "--steps", "2") == 0
+    assert "removed" not in capsys.readouterr().out
+    assert mine.read_bytes() == b"my file" and sorted(os.listdir(tmp_path)) == [mine.name, "m.pt"]
 
 
 # -- the lock never touches a user's file ---------------------------------------------------------

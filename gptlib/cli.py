@@ -46,6 +46,7 @@ from gptlib.run import (
     check_space,
     check_step_time,
     claim,
+    corpus_fingerprint,
     exit_code,
     no_space,
     output_path,
@@ -579,7 +580,7 @@ def _config(args, settings, corpus, ck):
 
 
 def _check_same_data(args, corpus, training) -> None:
-    if corpus.fingerprint() != training["corpus"]["fingerprint"]:
+    if corpus_fingerprint(corpus) != training["corpus"]["fingerprint"]:
         was = training["corpus"]
         said = _("cannot resume {run} on different data: it was trained on {was} ({was_reading}, "
                  "vocab {was_vocab}), this command reads {now} ({now_reading}, vocab {now_vocab}) "

@@ -226,7 +226,9 @@ def test_a_pipe_or_a_socket_as_out_is_never_written(tmp_path, capsys, overwrite)
         _refused(["train", *QUICK, "--out", str(tmp_path / "sock"), *overwrite], capsys, "socket")
     finally:
         sock.close()
-    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_ISSOCK(os.stat(tmp_path / "sock").st_mode)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_ISSOCK(
+        os.stat(tmp_path / "sock").st_mode
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mknod needs root")

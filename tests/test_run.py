@@ -565,3 +565,11 @@ def test_bfloat16_autocast_trains_float32_weights():
     assert all(p.dtype == torch.float32 for p in run.model.parameters())
     assert hist.loss[0] == pytest.approx(plain.loss[0], abs=0.05)  # bfloat16 rounds, same loss
     assert hist.loss[0] != plain.loss[0]
+
+
+def test_the_fingerprint_read_in_chunks_is_the_corpus_own():
+    from gptlib.data import load_corpus
+    from gptlib.run import corpus_fingerprint
+
+    corpus = load_corpus("names")
+    assert corpus_fingerprint(corpus, chunk=1000) == corpus.fingerprint()

@@ -1102,7 +1102,7 @@ def _final_evaluation(model, corpus, device, batch_size, args) -> dict:
         )
         return {"val_loss": val_loss}
     try:
-        bigram = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
+        bigram = chunked_bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
     except KeyboardInterrupt as e:
         print("\n" + _("{signal}: final evaluation stopped").format(signal=_stop_name(e)))
         return {"val_loss": val_loss}
@@ -1118,6 +1118,26 @@ def _final_evaluation(model, corpus, device, batch_size, args) -> dict:
     said = said if gap >= 0 else _("bigram baseline val loss {bigram}  (model is {gap} nats worse)")
     print(said.format(bigram=f"{bigram:.4f}", gap=f"{abs(gap):.4f}"))
     return {"val_loss": val_loss, "bigram_val_loss": bigram}
+
+
+def chunked_bigram_loss(train, val, vocab_size: int, chunk: int = 1 << 22) -> float:
+    """`gptlib.bigram.bigram_loss`, its counts and its mean read a few million tokens at a time:
+    on a large text the pairs of the whole stream at once would take 16 bytes a token more."""
+    if train.numel() <= chunk and val.numel() <= chunk:
+        return bigram_loss(train, val, vocab_size)
+    V = vocab_size
+    counts = torch.zeros(V * V, dtype=torch.long)
+    for start in range(0, train.numel() - 1, chunk):
+        piece = train[start : start + chunk + 1].long()  # one token more: the pair across the cut
+        counts += torch.bincount(piece[:-1] * V + piece[1:], minlength=V * V)
+    smoothed = counts.view(V, V).double() + 1.0
+    probs = (smoothed / smoothed.sum(dim=1, keepdim=True)).float()
+    del counts, smoothed
+    total, n = 0.0, val.numel() - 1
+    for start in range(0, n, chunk):
+        piece = val[start : start + chunk + 1].long()
+        total += float(probs[piece[:-1], piece[1:]].log().double().sum())
+    return -total / n
 
 
 def bigram_memory(vocab_size: int) -> int:

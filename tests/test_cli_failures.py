@@ -390,3 +390,13 @@ def test_sample_into_head_ends_quietly():
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
     assert first.strip() and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_the_bigram_baseline_in_chunks_is_the_bigram_loss():
+    from gptlib.bigram import bigram_loss
+    from gptlib.data import load_corpus
+
+    corpus = load_corpus("names")
+    whole = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
+    chunked = gptlib.cli.chunked_bigram_loss(corpus.train, corpus.val, corpus.vocab_size, 1000)
+    assert abs(whole - chunked) < 1e-5

@@ -157,7 +157,8 @@ def lock_path(out: str) -> str:
     """The lock that claims `out`: a hidden file beside it whose name says what it is (never a
     name a user picks, like `OUT.lock`)."""
     folder, base = os.path.split(os.path.abspath(out))
-    return os.path.join(folder, f".{base[:200]}.gptlib-lock")
+    base = base.encode()[:200].decode(errors="ignore")  # within the 255 bytes of a name
+    return os.path.join(folder, f".{base}.gptlib-lock")
 
 
 LOCK_MARK = "gptlib training run, process "

@@ -145,19 +145,41 @@ def test_a_disk_that_fills_during_the_run_keeps_the_run_and_the_old_checkpoint(
     assert shlex.split(resume.split(": ", 1)[1])[-1] == rescued
 
 
+class _FullAfter:
+    """A file whose writes fail, as the kernel's write(2) does on a full disk, once `room` bytes
+    are written."""
+
+    def __init__(self, f, room):
+        self.f, self.room = f, room
+
+    def write(self, data):
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
 def test_a_save_failing_at_the_os_call_goes_beside_it(tmp_path, capsys, monkeypatch):
-    """The same, without a mount: the write of the first save fails with ENOSPC as the kernel
-    would report it, so the run is saved under a short name in the same folder."""
-    real = gptlib.checkpoint.torch.save
+    """The same, without a mount: the first save's writes fail with ENOSPC part way, as on a
+    full disk, so the run is saved under a short name in the same folder."""
+    real = os.fdopen
     calls = []
 
-    def full_once(payload, f):
-        calls.append(f.name)
-        if len(calls) == 1:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(payload, f)
+    def full_once(fd, *a, **k):
+        calls.append(fd)
+        f = real(fd, *a, **k)
+        return _FullAfter(f, 10_000) if len(calls) == 1 else f
 
-    monkeypatch.setattr(gptlib.checkpoint.torch, "save", full_once)
+    monkeypatch.setattr(gptlib.checkpoint.os, "fdopen", full_once)
     out = tmp_path / "m.pt"
     assert main(["train", *QUICK, "--steps", "3", "--samples", "0", "--out", str(out)]) == 0
     err = capsys.readouterr().err

@@ -61,6 +61,7 @@ from gptlib.train import (
     Diverged,
     History,
     estimate_loss,
+    eval_batches,
     learning_rate,
     make_optimizer,
     train_step,
@@ -625,6 +626,8 @@ class TrainingRun:
                 self.step = step
                 B, T = s["batch_size"], model.cfg.block_size
                 idx, labels = sample_batch(tokens, B, T, self.batches, self.device)
+                if idx.dtype != torch.long:  # a large text's compact tokens (`cli._load`)
+                    idx, labels = idx.long(), labels.long()
                 lr = self.lr(step)
                 step_out = train_step(
                     model, self.optimizer, idx, labels, lr, CLIP, step=step, forward=forward
@@ -632,7 +635,7 @@ class TrainingRun:
                 hist.record(step, lr, *step_out)
                 evaluated = val is not None and (step % s["eval_every"] == 0 or step == last)
                 if evaluated:
-                    hist.record_val(step, estimate_loss(model, val, B, EVAL_BATCHES))
+                    hist.record_val(step, mean_loss(model, val, B, EVAL_BATCHES))
                 self.kept = random_states(self.batches, self.device)  # kept if the next diverges
                 loss = hist.loss[-1]
                 if not math.isfinite(loss) or loss > math.log(self.corpus.vocab_size) + 1.0:
@@ -765,6 +768,23 @@ class TrainingRun:
             except FileExistsError:
                 continue
         raise CheckpointError(f"could not find a free name beside {out!r} to save the run")
+
+
+def mean_loss(model, tokens: torch.Tensor, batch_size: int, n_batches: int, seed=1234) -> float:
+    """`gptlib.train.estimate_loss`, also for tokens kept in a smaller integer type than the
+    model reads (a large text read by the command line): the same windows, made long integers
+    one batch at a time."""
+    if tokens.dtype == torch.long:
+        return estimate_loss(model, tokens, batch_size, n_batches, seed)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        losses = [
+            model(idx.long(), labels.long())[1].item()
+            for idx, labels in eval_batches(model, tokens, batch_size, n_batches, seed)
+        ]
+    model.train(was_training)
+    return sum(losses) / len(losses)
 
 
 def corpus_fingerprint(corpus, chunk: int = 1 << 20) -> str:

@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 import gptlib.checkpoint
 import gptlib.cli
@@ -422,3 +423,33 @@ def test_the_bigram_baseline_in_chunks_is_the_bigram_loss():
     whole = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
     chunked = gptlib.cli.chunked_bigram_loss(corpus.train, corpus.val, corpus.vocab_size, 1000)
     assert abs(whole - chunked) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "A long line of running text, longer than fifty characters, again and again.\r\n" * 40,
+        ("Para one is here.\nand goes on.\n\nPara two\u2028too.\n\n" * 30) + "\n\n",
+        "one single line without an end " * 50,
+    ],
+)
+def test_a_large_text_read_in_pieces_is_the_corpus_read_whole(tmp_path, monkeypatch, text):
+    from gptlib.data import load_corpus
+    from gptlib.run import corpus_fingerprint
+
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())  # with a byte-order mark
+    monkeypatch.setattr(gptlib.cli, "STREAM_CHARS", 7)  # pieces cut lines and \r\n apart
+    streamed = gptlib.cli._stream_text_corpus(str(path), "auto")
+    whole = load_corpus(str(path))
+    assert streamed.tokenizer.itos == whole.tokenizer.itos and streamed.reason == whole.reason
+    assert streamed.train.dtype == torch.uint8  # a byte a character, not 8
+    assert torch.equal(streamed.train.long(), whole.train)
+    assert torch.equal(streamed.val.long(), whole.val)
+    assert corpus_fingerprint(streamed) == whole.fingerprint()
+
+
+def test_a_large_file_of_lines_is_left_to_load_corpus(tmp_path):
+    path = tmp_path / "names.txt"
+    path.write_text("emma\nolivia\nava\n" * 100)
+    assert gptlib.cli._stream_text_corpus(str(path), "auto") is None

@@ -8,9 +8,12 @@ and can never run code.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
+import secrets
+import shlex
 import stat
 import tempfile
 from dataclasses import dataclass
@@ -30,6 +33,12 @@ VERSION = 1
 
 class CheckpointError(ValueError):
     """A file that is not a usable gptlib checkpoint."""
+
+
+# This process's own mark, in the name of every temporary file it writes (and in the lock of a
+# training run): a file left by a killed save is removed by the next run only when its name holds
+# the mark that the killed run recorded, never by the shape of its name alone.
+RUN_TOKEN = secrets.token_hex(6)
 
 
 @dataclass
@@ -59,6 +68,11 @@ def save_checkpoint(
     `path` is never replaced (FileExistsError, and the new checkpoint is not written): the new
     file is linked into place, which fails if the name is taken, in the same step."""
     path = os.fspath(path)
+    kind = file_kind(path)
+    if kind is not None:  # os.replace would put a regular file in the place of a device or a pipe
+        said = _("{path} is {kind}, not a regular file; a checkpoint is written only as a regular "
+                 "file")  # fmt: skip
+        raise CheckpointError(said.format(path=repr(path), kind=kind))
     payload = {
         "format": FORMAT,
         "version": VERSION,
@@ -92,17 +106,51 @@ def save_checkpoint(
         raise
 
 
+def file_kind(path: str) -> str | None:
+    """What is at `path` when it is there and is not a regular file ("a folder", "a character
+    device", ...), else None (nothing there, or a regular file, through links)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = (
+        (stat.S_ISDIR, _("a folder")),
+        (stat.S_ISCHR, _("a character device")),
+        (stat.S_ISBLK, _("a block device")),
+        (stat.S_ISFIFO, _("a named pipe (FIFO)")),
+        (stat.S_ISSOCK, _("a socket")),
+    )
+    for test, kind in kinds:
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) else _("not a regular file")
+
+
+def _short_base(path: str) -> str:
+    """The file name of `path`, cut to at most 100 bytes (whole characters), for the names of
+    the files kept beside it."""
+    base = os.path.basename(os.path.abspath(path))
+    return base.encode()[:100].decode(errors="ignore")
+
+
+def temporary_name(path: str, token: str = RUN_TOKEN) -> str:
+    """The shape of the temporary files beside `path`: `.NAME.TOKEN.tmp-XXXXXXXX.pt`."""
+    return f".{_short_base(path)}.{token}.tmp-XXXXXXXX.pt"
+
+
 def _temporary_file(path: str) -> tuple[int, str]:
-    """A new file beside `path`, named for it (`.NAME.tmp-XXXXXXXX.pt`), so that one left behind
-    by a killed save can be recognised, and removed, by the next run that writes `path`."""
-    folder, base = os.path.split(os.path.abspath(path))
-    return tempfile.mkstemp(prefix=f".{base[:200]}.tmp-", suffix=".pt", dir=folder)
+    """A new file beside `path`, named for it and for this process (`temporary_name`), so that
+    one left behind by a killed save can be recognised, and removed, by the next run that writes
+    `path`, and a user's file never is."""
+    folder = os.path.dirname(os.path.abspath(path))
+    prefix = f".{_short_base(path)}.{RUN_TOKEN}.tmp-"
+    return tempfile.mkstemp(prefix=prefix, suffix=".pt", dir=folder)
 
 
-def temporary_name_pattern(path: str | os.PathLike) -> re.Pattern:
-    """The names `_temporary_file` gives, for `path`."""
-    base = os.path.basename(os.path.abspath(os.fspath(path)))
-    return re.compile(rf"\.{re.escape(base[:200])}\.tmp-[a-z0-9_]{{8}}\.pt")
+def temporary_name_pattern(path: str | os.PathLike, token: str = RUN_TOKEN) -> re.Pattern:
+    """The names `_temporary_file` gives for `path` in the process whose token is `token`."""
+    base = _short_base(os.fspath(path))
+    return re.compile(rf"\.{re.escape(base)}\.{re.escape(token)}\.tmp-[a-z0-9_]{{8}}\.pt")
 
 
 def _link_no_clobber(tmp: str, path: str) -> None:
@@ -158,13 +206,20 @@ def _read_payload(path: str) -> dict:
             _(
                 "checkpoint {shown} does not exist; train one with "
                 "`python -m gptlib train --out {path}`"
-            ).format(shown=repr(path), path=path)
+            ).format(shown=repr(path), path=shlex.quote(path))
         )
     if not os.path.isdir(path) and not stat.S_ISREG(os.stat(path).st_mode):
         raise CheckpointError(
             _(
                 "{path} is not a regular file (a pipe, a device, ...); give the path of a .pt "
                 "file written by `python -m gptlib train`"
+            ).format(path=repr(path))
+        )
+    if _is_text(path):
+        raise CheckpointError(
+            _(
+                "{path} is a text file, not a checkpoint; give the path of a .pt file written by "
+                "`python -m gptlib train` (a text to train on goes to --data)"
             ).format(path=repr(path))
         )
     payload = _torch_load(path)
@@ -226,6 +281,23 @@ def _torch_load(path: str) -> Any:
         ) from None
 
 
+def _is_text(path: str) -> bool:
+    """True when the start of the file reads as UTF-8 text (a checkpoint starts with a zip
+    header, which holds NUL bytes)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    if not head or b"\0" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start >= len(head) - 3  # a character cut by the 4096 bytes read
+    return True
+
+
 def _first_sentence(e: BaseException) -> str:
     """The gist of an error from torch.load: its first sentence (torch appends a paragraph)."""
     text = " ".join(str(e).split())
@@ -245,6 +317,7 @@ def check_writable(path: str | os.PathLike) -> None:
             )
         )
     folder = os.path.dirname(os.path.abspath(path))
+    check_names(path)
     try:
         os.makedirs(folder, exist_ok=True)
         fd, probe = _temporary_file(path)
@@ -257,6 +330,84 @@ def check_writable(path: str | os.PathLike) -> None:
                 "written ({error}); pass --out with a path in a writable folder"
             ).format(path=repr(path), folder=repr(folder), error=e.strerror or e)
         ) from None
+
+
+def existing_folder(path: str) -> str:
+    """The folder of `path`, or the nearest folder above it that exists."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def _limit(folder: str, name: str, default: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError):
+        return default
+
+
+def check_names(path: str | os.PathLike) -> None:
+    """Raise a ValueError now if the file system would refuse the name of `path` when the
+    checkpoint is saved: each part of the path, and the temporary file written beside it, within
+    the folder's longest name (`PC_NAME_MAX`, in bytes), the whole path within `PC_PATH_MAX`."""
+    path = os.path.abspath(os.fspath(path))
+    where = existing_folder(path)
+    most = _limit(where, "PC_NAME_MAX", 255)
+    parts = [p for p in path.split(os.sep) if p]
+    names = [*parts, temporary_name(path)]
+    for name in names:
+        size = len(os.fsencode(name))
+        if size > most:
+            shown = name if len(name) <= 60 else name[:57] + "..."
+            said = _("the name {name} in --out is {size} bytes long; the file system of {folder} "
+                     "takes names of at most {most} bytes: give a shorter --out")  # fmt: skip
+            raise ValueError(said.format(name=repr(shown), size=size, folder=where, most=most))
+    longest = _limit(where, "PC_PATH_MAX", 4096)
+    size = len(os.fsencode(path))
+    if size >= longest:
+        said = _("--out is a path of {size} bytes; the file system of {folder} takes paths of "
+                 "fewer than {most} bytes: give a shorter --out")  # fmt: skip
+        raise ValueError(said.format(size=size, folder=where, most=longest))
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes free to this user in the file system that holds `path` (or its nearest existing
+    folder), or None where it cannot be told."""
+    try:
+        st = os.statvfs(existing_folder(path))
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def checkpoint_size(model: GPT, with_optimizer: bool = True, steps: int = 0) -> int:
+    """About how many bytes `save_checkpoint` writes for `model` (never much less): the tensors
+    of its state, twice more for AdamW's two moments, the history (a few numbers a step) and a
+    margin for the rest (config, tokenizer, random states, the file's own structure)."""
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    history = steps * 4 * 12
+    return weights + (2 * params if with_optimizer else 0) + history + 64_000
+
+
+# What a failing save reports: the error numbers of a full disk, a quota, a name the file system
+# refuses, a folder removed meanwhile, a read-only file system, a permission taken away.
+SAVE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG, errno.ENOENT, errno.EROFS,
+               errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG)  # fmt: skip
+
+
+def save_error(e: BaseException) -> str | None:
+    """One line on why a save failed with `e`, if it is a failure of the disk, else None."""
+    cause = e
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, OSError) and cause.errno in SAVE_ERRORS:
+        return os.strerror(cause.errno)
+    text = str(e)
+    if isinstance(e, RuntimeError) and ("unexpected pos" in text or "write" in text.lower()):
+        return _first_sentence(e)  # torch's zip writer reports a short write this way
+    return None
 
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")

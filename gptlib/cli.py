@@ -4,21 +4,40 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import math
 import os
 import re
 import shlex
 import signal
 import sys
+import tempfile
+import time
 from functools import partial
 
 import torch
 
 from gptlib import distributed
 from gptlib.bigram import bigram_loss
-from gptlib.checkpoint import CheckpointError, load_checkpoint
+from gptlib.checkpoint import (
+    CheckpointError,
+    checkpoint_size,
+    free_bytes,
+    load_checkpoint,
+    save_error,
+)
 from gptlib.config import PRESETS, preset
-from gptlib.data import BUILT_IN, READINGS, load_corpus
+from gptlib.data import (
+    _CONTROL,
+    BUILT_IN,
+    MAX_CONTROL_SHARE,
+    MAX_MEDIAN_LINE,
+    MAX_TEXT_BYTES,
+    MIN_BLANK_SHARE,
+    READINGS,
+    Corpus,
+    load_corpus,
+)
 from gptlib.device import DTYPES, choose_device
 from gptlib.generate import complete, sample_documents
 from gptlib.language import (
@@ -35,13 +54,21 @@ from gptlib.model import GPT
 from gptlib.run import (
     StopSignals,
     TrainingRun,
+    available_memory,
     check_memory,
+    check_space,
+    check_step_time,
     claim,
+    corpus_fingerprint,
     exit_code,
+    mean_loss,
+    no_space,
     output_path,
+    readable_size,
     same_file,
     signal_name,
 )
+from gptlib.tokenizer import CharTokenizer
 from gptlib.train import WHAT_DIVERGED, Diverged, estimate_loss
 
 
@@ -130,6 +157,7 @@ TRAIN_DEFAULTS = {
 }
 SHAPE_FLAGS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "attention")
 DEFAULT_OUT = "runs/model.pt"
+MAX_STEP_SECONDS = 120.0
 
 
 def _by_preset(field: str) -> str:
@@ -384,6 +412,14 @@ def _train_run_arguments(t: argparse.ArgumentParser) -> None:
         action="store_true",
         help=_("no progress bar (default: a progress bar)"),
     )
+    t.add_argument(
+        "--max-step-seconds",
+        type=_positive_float,
+        default=MAX_STEP_SECONDS,
+        help=_("refuse, before any work, a run whose one step is expected to take longer than "
+               "this, estimated from its size and a rate measured on the device (default: "
+               "{seconds:g})").format(seconds=MAX_STEP_SECONDS),
+    )  # fmt: skip
 
 
 def _sample_parser(sub) -> None:
@@ -564,7 +600,7 @@ def _config(args, settings, corpus, ck):
 
 
 def _check_same_data(args, corpus, training) -> None:
-    if corpus.fingerprint() != training["corpus"]["fingerprint"]:
+    if corpus_fingerprint(corpus) != training["corpus"]["fingerprint"]:
         was = training["corpus"]
         said = _("cannot resume {run} on different data: it was trained on {was} ({was_reading}, "
                  "vocab {was_vocab}), this command reads {now} ({now_reading}, vocab {now_vocab}) "
@@ -698,61 +734,307 @@ def _check_resume_shape(args, ck) -> None:
 
 
 def _load(settings, say):
-    """The corpus, with a line first when the file is large enough to take a while."""
+    """The corpus, with a line first when the file is large enough to take a while; a large file
+    of running text is read in pieces (`_stream_text_corpus`)."""
     data = settings["data"]
     if data not in BUILT_IN and os.path.isfile(data):
         size = os.path.getsize(data)
-        if size > 20_000_000:
+        if size > STREAM_BYTES:
             say(
                 _("reading {data} ({size} MB)...").format(data=data, size=f"{size / 1e6:,.0f}"),
                 flush=True,
             )
+            if size <= MAX_TEXT_BYTES and settings["format"] in ("auto", "text"):
+                corpus = _stream_text_corpus(data, settings["format"])
+                if corpus is not None:
+                    return corpus
     return load_corpus(data, reading=settings["format"])
+
+
+# A text file larger than this is read in pieces, its tokens kept in the smallest integer type
+# that holds the vocabulary (one byte a character for up to 256 symbols) rather than 8 bytes each.
+STREAM_BYTES = 20_000_000
+STREAM_CHARS = 1 << 22  # characters read and encoded at a time
+
+
+def _pieces(path: str):
+    """The text of `path` (UTF-8, a byte-order mark dropped), STREAM_CHARS characters at a time;
+    load_text's one-line refusal for a file that is not UTF-8."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            while piece := f.read(STREAM_CHARS):
+                yield piece
+    except UnicodeDecodeError as e:
+        said = _("{path} is not UTF-8 text ({reason} at byte {byte})")
+        raise ValueError(said.format(path=repr(path), reason=e.reason, byte=e.start)) from None
+
+
+class _Lines:
+    """What `gptlib.data.detect_reading` counts, gathered a piece at a time: the lines (as
+    `str.splitlines` cuts them), the blank ones, and how many non-blank lines have each length."""
+
+    def __init__(self) -> None:
+        self.lines = self.blank = self.trailing = 0
+        self.lengths: collections.Counter = collections.Counter()
+        self.carry = ""
+
+    def add(self, piece: str, last: bool = False) -> None:
+        lines = (self.carry + piece).splitlines(keepends=True)
+        self.carry = ""
+        if lines and not last and (lines[-1] == lines[-1].rstrip("\r\n") or lines[-1][-1] == "\r"):
+            self.carry = lines.pop()  # a line (or a \r\n) cut by the end of the piece
+        for line in lines:
+            line = line.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+            self.lines += 1
+            if line.strip():
+                self.lengths[len(line)] += 1
+                self.trailing = 0
+            else:
+                self.blank += 1
+                self.trailing += 1
+
+    def reading(self) -> str:
+        """ "lines" or "text", as detect_reading decides it for the whole text."""
+        lines, blank = self.lines - self.trailing, self.blank - self.trailing
+        filled = lines - blank
+        if filled < 2 or blank / lines >= MIN_BLANK_SHARE:
+            return "text"
+        return "lines" if self._median(filled) <= MAX_MEDIAN_LINE else "text"
+
+    def why(self) -> str:
+        """detect_reading's reason for "text", in its own words."""
+        lines, blank = self.lines - self.trailing, self.blank - self.trailing
+        if lines - blank < 2:
+            return _("a single line")
+        share = blank / lines
+        if share >= MIN_BLANK_SHARE:
+            said = _("{blank} blank line(s) between paragraphs, {share} of {lines} lines (at least "
+                     "{least})")  # fmt: skip
+            return said.format(
+                blank=f"{blank:,}",
+                share=f"{share:.0%}",
+                lines=f"{lines:,}",
+                least=f"{MIN_BLANK_SHARE:.0%}",
+            )
+        said = _("median line of {median} characters, more than {most}")
+        return said.format(median=f"{self._median(lines - blank):g}", most=MAX_MEDIAN_LINE)
+
+    def _median(self, n: int) -> float:
+        middle, seen, low = (n - 1) // 2, 0, None
+        for length in sorted(self.lengths):
+            seen += self.lengths[length]
+            if low is None and seen > middle:
+                low = length
+            if seen > n // 2:
+                return (low + length) / 2
+        return float(low)
+
+
+def _stream_text_corpus(path: str, reading: str):
+    """A large file of running text as `load_corpus` reads it (the same vocabulary, tokens,
+    split and fingerprint), read twice in pieces instead of whole: first its characters and
+    lines, then its tokens, kept in the smallest integer type the vocabulary fits (the windows
+    are made long integers one batch at a time). None when the file reads as one document per line (`load_corpus` reads it)."""
+    chars, lines, control, size, filled = set(), _Lines(), 0, 0, False
+    for piece in _pieces(path):
+        chars.update(piece)
+        control += sum(piece.count(c) for c in _CONTROL)
+        filled = filled or bool(piece.strip())
+        size += len(piece)
+        if reading == "auto":
+            lines.add(piece)
+    lines.add("", last=True)
+    if not size or not filled or control > MAX_CONTROL_SHARE * size:
+        return None  # load_corpus refuses it, in its own words
+    if reading == "auto" and lines.reading() == "lines":
+        return None
+    if reading == "auto":
+        why = _("{why}; --format lines reads each line as a document").format(why=lines.why())
+    else:
+        why = _("as --format {reading} asks").format(reading=reading)
+    tokenizer = CharTokenizer.from_text("".join(sorted(chars)))
+    kind = torch.uint8 if tokenizer.vocab_size <= 256 else torch.int16
+    kind = kind if tokenizer.vocab_size <= 32767 else torch.int32
+    top = max(ord(c) for c in tokenizer.itos)
+    table = torch.zeros(top + 1, dtype=kind)
+    for c, i in tokenizer.stoi.items():
+        table[ord(c)] = i
+    ids = torch.empty(size, dtype=kind)
+    start = 0
+    for piece in _pieces(path):
+        codes = torch.frombuffer(bytearray(piece.encode("utf-32-le")), dtype=torch.int32)
+        ids[start : start + len(piece)] = table[codes.long()]
+        start += len(piece)
+    cut = int(size * 0.9)
+    return Corpus(
+        os.path.basename(path),
+        tokenizer,
+        ids[:cut],
+        ids[cut:],
+        reading="text",
+        reason=_("running text, {why}").format(why=why),
+    )
 
 
 def _run(args, settings, ck, out, ranks, device, say, signals, notes, changes) -> int:
     run = _start(args, settings, ck, ranks, device, say, notes, changes)
-    save = partial(run.save, with_optimizer=not args.no_optimizer_state)
+    with_optimizer = not args.no_optimizer_state
+    if ranks.is_main:  # room for the checkpoint, before the first step
+        check_space(out, checkpoint_size(run.model, with_optimizer, run.total))
+        signals.kept = partial(_kept_line, out)
+    if ck is not None:
+        run.keep_start_as_healthy()
     signals.mode = "defer"
     try:
-        say(_("training: Ctrl-C (or SIGTERM, SIGHUP) stops after the current step and saves "
-              "to {out}").format(out=out))  # fmt: skip
+        say(_("training: Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT) stops after the current step and "
+              "saves to {out}").format(out=out))  # fmt: skip
         diverged = _steps(run, args, ranks, signals)
         signals.mode = "hold"  # from here to the end of the save, a signal waits for the save
+        left, restored = None, False
+        if diverged is not None:
+            left = run.left_range(diverged)
+            restored = run.back_to_healthy()
         states = run.states_to_save(diverged is not None)
         if run.history.interrupted:
             said = _("interrupted at step {done} of {total}: keeping what was learned so far")
             say(said.format(done=run.done, total=run.total))
         if not ranks.is_main:
             return 0
-        _check_saveable(run, diverged, out)
+        _check_saveable(run, diverged, left, restored, out)
         resumed_in_place = args.resume is not None and same_file(out, args.resume)
-        saved = save(out, {}, states, overwrite=args.overwrite or resumed_in_place)
+        overwrite = args.overwrite or resumed_in_place
+        saved = _save_keeping_the_run(run, out, states, overwrite, with_optimizer)
     finally:
         signals.mode = "raise"
-    if saved != out:
+    if saved is None:
+        return EXIT_NOT_SAVED
+    if saved != out and not os.path.basename(saved).startswith(RESCUE_PREFIX):
         said = _("{out} appeared while training (written by something else) and was left alone")
         print(said.format(out=out))
     print(_("saved {path}").format(path=saved))
     if diverged:
-        lower = f"{settings['lr'] / 10:.3g}"
-        said = _("{prog}: error: {what}; the run stopped there and its last finite state (step "
-                 "{done}) is saved in {saved}; continue with a lower learning rate: "
-                 "{command}")  # fmt: skip
-        print(
-            said.format(
-                prog=f"{PROG} train",
-                what=_what(diverged),
-                done=run.done,
-                saved=saved,
-                command=_command("train", "--resume", saved, "--lr", lower),
-            ),
-            file=sys.stderr,
-        )
+        print(_diverged_line(run, diverged, left, saved), file=sys.stderr)
         return EXIT_DIVERGED
-    return _after_save(
-        run, args, signals, saved, lambda summary: save(saved, summary, states, overwrite=True)
+    save_again = partial(_save_again, run, saved, states, with_optimizer)
+    return _after_save(run, args, signals, saved, save_again)
+
+
+EXIT_NOT_SAVED = 1
+RESCUE_PREFIX = "gptlib-rescued-"
+
+
+def _kept_line(out: str) -> str:
+    """What a run ended at once keeps: `out` as it was, with its step and age, or nothing."""
+    try:
+        age = max(0.0, time.time() - os.path.getmtime(out))
+    except OSError:
+        return _("nothing was saved, since this run had not saved yet")
+    said = _("{out} is kept as it was, saved {age} ago; the steps since then are lost")
+    return said.format(out=out, age=_age(age))
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return _("{n} s").format(n=f"{seconds:.0f}")
+    if seconds < 7200:
+        return _("{n} min").format(n=f"{seconds / 60:.0f}")
+    return _("{n} h").format(n=f"{seconds / 3600:.1f}")
+
+
+def _save_keeping_the_run(run, out, states, overwrite, with_optimizer) -> str | None:
+    """Save the run to `out`; when that fails for want of space or of a name the file system
+    takes, or of a folder, to a new file in `out`'s folder, then in the system's temporary
+    folder, saying in one line what failed and where it went instead. Whatever was at `out`
+    stays whole (a save is atomic). None, after one line, when nowhere would take it; in a
+    terminal, the run waits in memory for space to be freed instead."""
+    need = checkpoint_size(run.model, with_optimizer, run.done)
+    while True:
+        failed = []
+        for path, replace in _places(out, overwrite, run.done):
+            free = free_bytes(path)
+            if free is not None and free < need:
+                failed.append((path, no_space(path, need, free)))
+                continue
+            try:
+                saved = run.save(path, {}, states, overwrite=replace, with_optimizer=with_optimizer)
+            except (OSError, RuntimeError) as e:
+                why = save_error(e)
+                if why is None:
+                    raise
+                failed.append((path, why))
+                continue
+            if failed:
+                said = _("could not save {out} ({why}); the run was saved to {path} instead")
+                print(said.format(out=failed[0][0], why=failed[0][1], path=saved), file=sys.stderr)
+            return saved
+        reasons = "; ".join(f"{path}: {why}" for path, why in failed)
+        if not sys.stdin.isatty():
+            said = _("{prog}: error: the run could not be saved anywhere ({reasons}); its "
+                     "{done} steps are lost")  # fmt: skip
+            print(
+                said.format(prog=f"{PROG} train", reasons=reasons, done=run.done), file=sys.stderr
+            )
+            return None
+        said = _("the run could not be saved anywhere ({reasons}); it is still in memory: free "
+                 "some space and press Enter to try again, or Ctrl-C to end without saving")  # fmt: skip
+        print(said.format(reasons=reasons), file=sys.stderr, flush=True)
+        try:
+            sys.stdin.readline()
+        except KeyboardInterrupt:
+            return None
+
+
+def _places(out: str, overwrite: bool, done: int) -> list[tuple[str, bool]]:
+    """Where a run is saved: `out`, then a new file in its folder, then in the system's
+    temporary folder (each a short name, for a file system that refused a long one)."""
+    name = f"{RESCUE_PREFIX}step{done}.pt"
+    folders = dict.fromkeys([os.path.dirname(os.path.abspath(out)), tempfile.gettempdir()])
+    return [(out, overwrite), *((os.path.join(folder, name), False) for folder in folders)]
+
+
+def _save_again(run, saved, states, with_optimizer, summary) -> None:
+    """Add the final evaluation to the checkpoint; a failure leaves the first save whole."""
+    try:
+        run.save(saved, summary, states, overwrite=True, with_optimizer=with_optimizer)
+    except (OSError, RuntimeError) as e:
+        why = save_error(e)
+        if why is None:
+            raise
+        said = _("note: the final evaluation could not be added to {path} ({why}); the "
+                 "checkpoint saved before it is kept whole")  # fmt: skip
+        print(said.format(path=saved, why=why))
+
+
+def _diverged_line(run, diverged, left, saved) -> str:
+    step, loss, lr = left
+    said = _("{prog}: error: step {step}: the loss left its range ({why}) at lr {lr}; the run "
+             "stopped at {what}; its last healthy state (step {done}) is saved in {saved}; "
+             "continue with a lower learning rate: {command}")  # fmt: skip
+    return said.format(
+        prog=f"{PROG} train",
+        step=step,
+        why=_out_of_range(run, loss),
+        lr=f"{lr:.3g}",
+        what=_what(diverged),
+        done=run.done,
+        saved=saved,
+        command=_command("train", "--resume", saved, "--lr", _lower_rate(lr)),
     )
+
+
+def _out_of_range(run, loss: float) -> str:
+    if not math.isfinite(loss):
+        return _("it became {value}").format(value=loss)
+    said = _("{value}, worse than a uniform guess over the {vocab} symbols, ln {vocab} = {guess}, "
+             "by more than a nat")  # fmt: skip
+    vocab = run.corpus.vocab_size
+    return said.format(value=f"{loss:.3g}", vocab=vocab, guess=f"{math.log(vocab):.2f}")
+
+
+def _lower_rate(lr: float) -> str:
+    """A peak rate a tenth of `lr` (the rate at which the loss left its range), in two
+    significant digits: the schedule never goes above its peak, so never near `lr`."""
+    return f"{lr / 10:.2g}"
 
 
 def _start(args, settings, ck, ranks, device, say, notes, changes) -> TrainingRun:
@@ -764,6 +1046,7 @@ def _start(args, settings, ck, ranks, device, say, notes, changes) -> TrainingRu
     cfg = _config(args, settings, corpus, ck)
     corpus.check_fits(cfg.block_size)
     check_memory(cfg, settings["batch_size"], device)
+    check_step_time(cfg, settings["batch_size"], device, args.max_step_seconds)
     start = ck.step if ck is not None else 0
     if start >= total:
         said = _("{run} is already at step {start} of its {total}; pass --steps with a larger "
@@ -860,16 +1143,24 @@ def _what(e: Diverged) -> str:
     return said.format(step=e.step, what=what, value=e.value, lr=f"{e.lr:.3g}")
 
 
-def _check_saveable(run: TrainingRun, diverged: Diverged | None, out: str) -> None:
-    """Refuse to save a diverged run that has nothing new, or whose weights are not finite."""
-    if diverged and run.done == run.start:
-        said = _("{what}, before any step of this run finished, so there is nothing new to "
-                 "save; start again with a lower --lr (or a longer --warmup)")  # fmt: skip
-        raise ValueError(said.format(what=_what(diverged)))
-    if diverged and not _finite(run.model):
-        said = _("{what}, and the weights are no longer finite, so nothing was saved")
+def _check_saveable(run, diverged, left, restored: bool, out: str) -> None:
+    """Refuse to save a diverged run that has no healthy state newer than its start."""
+    if diverged and not restored:
+        step, loss, lr = left
+        said = _("{what}; the loss left its range at step {step} ({why}) at lr {lr}, and no "
+                 "evaluation of this run was healthy after it started, so there is nothing new to "
+                 "save{kept}; run it with --lr {lower} or lower (or a longer --warmup)")  # fmt: skip
         kept = _("; {out} keeps step {start}").format(out=out, start=run.start)
-        raise ValueError(said.format(what=_what(diverged)) + (kept if os.path.exists(out) else ""))
+        raise ValueError(
+            said.format(
+                what=_what(diverged),
+                step=step,
+                why=_out_of_range(run, loss),
+                lr=f"{lr:.3g}",
+                kept=kept if run.start > 0 and os.path.exists(out) else "",
+                lower=_lower_rate(lr),
+            )
+        )
 
 
 def _after_save(run: TrainingRun, args, signals, saved: str, save_again) -> int:
@@ -919,10 +1210,6 @@ def _stop_name(e: BaseException) -> str:
     return signal_name(getattr(e, "signum", signal.SIGINT))
 
 
-def _finite(model) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
-
-
 # The final evaluation reads about this many windows from each split, in batches of the run's own
 # size (a batch that fitted training fits an evaluation, which keeps no gradients), 10 to 50 of
 # them.
@@ -942,25 +1229,81 @@ def _final_evaluation(model, corpus, device, batch_size, args) -> dict:
         train_loss = _mean_loss(model, corpus.train.to(device), batch_size, n, bar)
         val_loss = _mean_loss(model, corpus.val.to(device), batch_size, n, bar)
         bar.close()
-        bigram = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
     except KeyboardInterrupt as e:
         bar.close()
         print("\n" + _("{signal}: final evaluation stopped").format(signal=_stop_name(e)))
         return {}
-    gap = bigram - val_loss
+    except (RuntimeError, MemoryError) as e:  # out of memory, most often: the run is saved
+        bar.close()
+        said = _("note: the final evaluation failed ({error}) and was skipped; the checkpoint is "
+                 "saved")  # fmt: skip
+        print(said.format(error=_one_line(e)))
+        return {}
     said = _("final train loss {train}  val loss {val} nats/token")
     print(said.format(train=f"{train_loss:.4f}", val=f"{val_loss:.4f}"))
+    need, have = bigram_memory(corpus.vocab_size), available_memory(torch.device("cpu"))
+    if have is not None and need > have:
+        said = _("note: the bigram baseline was skipped: its table of {vocab} x {vocab} pairs "
+                 "needs about {need} and this machine has {have} free")  # fmt: skip
+        print(
+            said.format(
+                vocab=f"{corpus.vocab_size:,}", need=readable_size(need), have=readable_size(have)
+            )
+        )
+        return {"val_loss": val_loss}
+    try:
+        bigram = chunked_bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
+    except KeyboardInterrupt as e:
+        print("\n" + _("{signal}: final evaluation stopped").format(signal=_stop_name(e)))
+        return {"val_loss": val_loss}
+    except (RuntimeError, MemoryError) as e:
+        print(
+            _("note: the bigram baseline failed ({error}) and was skipped").format(
+                error=_one_line(e)
+            )
+        )
+        return {"val_loss": val_loss}
+    gap = bigram - val_loss
     said = _("bigram baseline val loss {bigram}  (model is {gap} nats better)")
     said = said if gap >= 0 else _("bigram baseline val loss {bigram}  (model is {gap} nats worse)")
     print(said.format(bigram=f"{bigram:.4f}", gap=f"{abs(gap):.4f}"))
     return {"val_loss": val_loss, "bigram_val_loss": bigram}
 
 
+def chunked_bigram_loss(train, val, vocab_size: int, chunk: int = 1 << 22) -> float:
+    """`gptlib.bigram.bigram_loss`, its counts and its mean read a few million tokens at a time:
+    on a large text the pairs of the whole stream at once would take 16 bytes a token more."""
+    if train.numel() <= chunk and val.numel() <= chunk:
+        return bigram_loss(train.long(), val.long(), vocab_size)
+    V = vocab_size
+    counts = torch.zeros(V * V, dtype=torch.long)
+    for start in range(0, train.numel() - 1, chunk):
+        piece = train[start : start + chunk + 1].long()  # one token more: the pair across the cut
+        counts += torch.bincount(piece[:-1] * V + piece[1:], minlength=V * V)
+    smoothed = counts.view(V, V).double() + 1.0
+    probs = (smoothed / smoothed.sum(dim=1, keepdim=True)).float()
+    del counts, smoothed
+    total, n = 0.0, val.numel() - 1
+    for start in range(0, n, chunk):
+        piece = val[start : start + chunk + 1].long()
+        total += float(probs[piece[:-1], piece[1:]].log().double().sum())
+    return -total / n
+
+
+def bigram_memory(vocab_size: int) -> int:
+    """Bytes the bigram baseline holds at its peak: its table of counts (8 bytes a pair), the
+    table in float64 to smooth it (8 more) and its probabilities in float32 (4 more)."""
+    return 20 * vocab_size * vocab_size
+
+
 def _mean_loss(model, tokens, batch_size, n, bar) -> float:
     """The mean loss of `n` batches, each drawn with its own fixed seed (the same every call)."""
     total = 0.0
     for i in range(n):
-        total += estimate_loss(model, tokens, batch_size, n_batches=1, seed=1234 + i)
+        if tokens.dtype == torch.long:
+            total += estimate_loss(model, tokens, batch_size, n_batches=1, seed=1234 + i)
+        else:  # a large text's compact tokens: the same windows, made long integers
+            total += mean_loss(model, tokens, batch_size, 1, 1234 + i)
         bar.update(1)
     return total / n
 
@@ -1061,12 +1404,25 @@ def _main(argv: list[str] | None) -> int:
             command = f" {args.command}" if args is not None else ""
             said = _("{prog}: error: {message}\n")
             parser.exit(2, said.format(prog=parser.prog + command, message=_one_line(e)))
+        except BrokenPipeError:  # `sample ... | head`: the reader has all it wanted
+            _quiet_stdout()
+            return 128 + getattr(signal, "SIGPIPE", 13)
         except KeyboardInterrupt as e:  # at start-up, before training began: nothing to keep
             training = args is None or args.command == "train"
             said = _("{signal}: stopped before training started: nothing was saved")
             said = said if training else _("{signal}: stopped")
             print("\n" + said.format(signal=_stop_name(e)), file=sys.stderr)
             return exit_code(getattr(e, "signum", None))
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so that the flush at exit finds no closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _one_line(e: BaseException) -> str:

@@ -26,10 +26,17 @@ device.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
+import re
+import shlex
 import signal
+import socket
 import stat
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -37,8 +44,12 @@ import torch
 
 from gptlib import distributed
 from gptlib.checkpoint import (
+    RUN_TOKEN,
     CheckpointError,
     check_writable,
+    existing_folder,
+    file_kind,
+    free_bytes,
     load_checkpoint,
     save_checkpoint,
     temporary_name_pattern,
@@ -50,6 +61,7 @@ from gptlib.train import (
     Diverged,
     History,
     estimate_loss,
+    eval_batches,
     learning_rate,
     make_optimizer,
     train_step,
@@ -83,22 +95,36 @@ def output_path(
         name = os.path.join(out, "model.pt")
         said = _("--out {out} names a folder; the checkpoint is one file: give a file name "
                  "such as --out {name}")  # fmt: skip
-        raise ValueError(said.format(out=repr(out), name=name))
+        raise ValueError(said.format(out=repr(out), name=shlex.quote(name)))
     if os.path.islink(out) and not os.path.exists(out):
         said = _("--out {out} is a symbolic link to {target}, which does not exist; give the "
                  "path the checkpoint should have, or remove the link")  # fmt: skip
         raise ValueError(said.format(out=repr(out), target=repr(os.readlink(out))))
+    kind = file_kind(out)
+    if kind is not None:  # a device, a pipe, a socket: never replaced, --overwrite or not
+        said = _("--out {out} is {kind}, not a regular file, and is never written, with or "
+                 "without --overwrite; give the path of a checkpoint file, such as "
+                 "runs/model.pt")  # fmt: skip
+        raise ValueError(said.format(out=repr(out), kind=kind))
     if data is not None and os.path.isfile(data) and same_file(out, data):
         said = _("--out {out} is the data file given with --data; training would replace your "
                  "text with a checkpoint: choose another --out, such as runs/model.pt")  # fmt: skip
         raise ValueError(said.format(out=repr(out)))
-    if os.path.exists(out) and not overwrite:
+    if os.path.exists(out):
         if resume is not None and same_file(out, resume):
             return out  # resuming in place: the run owns this file
-        said = _("--out {out} already exists ({what}); nothing was replaced. Choose another "
-                 "--out, continue that run with --resume {path}, or pass --overwrite to replace "
-                 "it")  # fmt: skip
-        raise ValueError(said.format(out=repr(out), what=_describe(out), path=out))
+        what, ours = _describe(out)
+        if not overwrite:
+            said = _("--out {out} already exists ({what}); nothing was replaced. Choose another "
+                     "--out, continue that run with --resume {path}, or pass --overwrite to "
+                     "replace it")  # fmt: skip
+            said = said if ours else _("--out {out} already exists ({what}); nothing was "
+                                       "replaced: choose another --out")  # fmt: skip
+            raise ValueError(said.format(out=repr(out), what=what, path=shlex.quote(out)))
+        if not ours:
+            said = _("--out {out} is {what}; --overwrite replaces only a checkpoint written by "
+                     "gptlib, so it was left alone: choose another --out")  # fmt: skip
+            raise ValueError(said.format(out=repr(out), what=what))
     check_writable(out)
     return out
 
@@ -111,26 +137,29 @@ def same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _describe(path: str) -> str:
-    """A few words on what is at `path`, for the message that refuses to replace it."""
+def _describe(path: str) -> tuple[str, bool]:
+    """A few words on what is at `path` (a regular file), and whether it is a gptlib checkpoint
+    (recognised by its content, not its name)."""
     try:
         ck = load_checkpoint(path)
     except (CheckpointError, OSError):
         said = _("a file of {size} bytes that is not a gptlib checkpoint")
-        return said.format(size=f"{os.path.getsize(path):,}")
+        return said.format(size=f"{os.path.getsize(path):,}"), False
     data = (ck.extra or {}).get("data")
     if ck.step is None:
-        return _("a checkpoint")
+        return _("a checkpoint"), True
     if data:
-        return _("a checkpoint at step {step} trained on {data}").format(step=ck.step, data=data)
-    return _("a checkpoint at step {step}").format(step=ck.step)
+        said = _("a checkpoint at step {step} trained on {data}")
+        return said.format(step=ck.step, data=data), True
+    return _("a checkpoint at step {step}").format(step=ck.step), True
 
 
 def lock_path(out: str) -> str:
     """The lock that claims `out`: a hidden file beside it whose name says what it is (never a
     name a user picks, like `OUT.lock`)."""
     folder, base = os.path.split(os.path.abspath(out))
-    return os.path.join(folder, f".{base[:200]}.gptlib-lock")
+    base = base.encode()[:200].decode(errors="ignore")  # within the 255 bytes of a name
+    return os.path.join(folder, f".{base}.gptlib-lock")
 
 
 LOCK_MARK = "gptlib training run, process "
@@ -149,10 +178,12 @@ def claim(out: str) -> Iterator[list[str]]:
     """
     path = lock_path(out)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = _take_lock(out, path)
+    fd, before = _take_lock(out, path)
+    _HELD_LOCKS.append(path)
     try:
         removed = []
-        for tmp in orphaned_temporary_files(out):
+        token = _lock_token(before)
+        for tmp in orphaned_temporary_files(out, token) if token else []:
             try:
                 os.remove(tmp)
                 removed.append(tmp)
@@ -160,11 +191,19 @@ def claim(out: str) -> Iterator[list[str]]:
                 pass
         yield removed
     finally:
+        _HELD_LOCKS.remove(path)
         _remove(path)  # removed while still locked, so no one locks a file about to go
         os.close(fd)
 
 
-def _take_lock(out: str, path: str) -> int:
+# The locks this process holds: a process ended at once (a second Ctrl-C in a step that does not
+# end) removes them on its way out.
+_HELD_LOCKS: list[str] = []
+
+
+def _take_lock(out: str, path: str) -> tuple[int, str]:
+    """The lock on `path`, and what the file said before (a run killed while holding it left its
+    process id and token there)."""
     while True:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666)
@@ -195,9 +234,16 @@ def _take_lock(out: str, path: str) -> int:
             if not same:
                 os.close(fd)
                 continue
+        before = os.pread(fd, 400, 0).decode(errors="replace")
         os.ftruncate(fd, 0)
-        os.write(fd, f"{LOCK_MARK}{os.getpid()}\n".encode())
-        return fd
+        os.write(fd, f"{LOCK_MARK}{os.getpid()} token {RUN_TOKEN}\n".encode())
+        return fd, before
+
+
+def _lock_token(text: str) -> str | None:
+    """The token a run recorded in its lock (None for a lock without one)."""
+    match = re.search(r" token ([0-9a-f]+)\s*$", text)
+    return match[1] if match and text.startswith(LOCK_MARK) else None
 
 
 def _holds_lock_mark(fd: int) -> bool:
@@ -208,10 +254,11 @@ def _holds_lock_mark(fd: int) -> bool:
     return not head or head.startswith(LOCK_MARK.encode())
 
 
-def orphaned_temporary_files(out: str) -> list[str]:
-    """The temporary files a save of `out` leaves if it is killed before it ends."""
+def orphaned_temporary_files(out: str, token: str = RUN_TOKEN) -> list[str]:
+    """The temporary files a save of `out` by the process whose token is `token` left, if it was
+    killed before it ended (a user's file of a similar name is never one of them)."""
     folder = os.path.dirname(os.path.abspath(out))
-    pattern = temporary_name_pattern(out)
+    pattern = temporary_name_pattern(out, token)
     try:
         names = os.listdir(folder)
     except OSError:
@@ -225,7 +272,7 @@ def _busy(out: str, path: str) -> ValueError:
             text = f.read(200)
     except OSError:
         text = ""
-    pid = text[len(LOCK_MARK) :].strip() if text.startswith(LOCK_MARK) else ""
+    pid = (text[len(LOCK_MARK) :].split() or [""])[0] if text.startswith(LOCK_MARK) else ""
     who = _("process {pid}").format(pid=pid) if pid else _("another process")
     if fcntl is None:
         said = _("another training run ({who}) is writing {out} (it holds {path}); wait for it "
@@ -252,10 +299,17 @@ def _remove(path: str) -> None:
 # -- Ctrl-C, SIGTERM and SIGHUP -----------------------------------------------------------------
 
 # The ways a run is asked to stop: Ctrl-C (SIGINT); `kill`, `docker stop`, a scheduler's
-# preemption or time limit (SIGTERM); a closed terminal or ssh connection (SIGHUP).
+# preemption or time limit (SIGTERM); a closed terminal or ssh connection (SIGHUP); the quit key
+# (Ctrl-backslash, SIGQUIT), which would otherwise end the process at once with a core dump.
 STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
 )
+
+# After a second stop signal, the step still running gets this many seconds to end before the
+# process ends at once (a Python handler cannot run inside a long tensor operation).
+STUCK_STEP_SECONDS = 3.0
 
 
 def signal_name(signum: int) -> str:
@@ -290,7 +344,8 @@ def _early_signals() -> list[int]:
 
 
 class StopSignals:
-    """One handler for SIGINT, SIGTERM and SIGHUP over a whole command, in one of three modes:
+    """One handler for SIGINT, SIGTERM, SIGHUP and SIGQUIT over a whole command, in one of three
+    modes:
 
     - "raise" (start-up, final evaluation, samples): raise `Stopped`, cutting the work short;
     - "defer" (training): note it; `requested()` tells the loop to stop after the current step
@@ -309,6 +364,10 @@ class StopSignals:
         self.mode = mode
         self.received: list[int] = []
         self._previous: dict[int, object] = {}
+        self.boundaries = 0  # step boundaries passed (`requested` calls)
+        # What is kept if the process has to end at once: a line, computed when it happens.
+        self.kept: Callable[[], str] | None = None
+        self._watch: tuple[socket.socket, socket.socket, int] | None = None
 
     @property
     def presses(self) -> int:
@@ -334,6 +393,7 @@ class StopSignals:
             self.say("\n" + said.format(signal=name))
 
     def requested(self) -> bool:
+        self.boundaries += 1
         local = bool(self.received)
         if not torch.distributed.is_initialized():
             return local
@@ -360,7 +420,69 @@ class StopSignals:
             for signum in STOP_SIGNALS:
                 if signal.getsignal(signum) is not signal.SIG_IGN:
                     self._previous[signum] = signal.signal(signum, self._handle)
+            self._start_watch()
         return self
+
+    # A Python signal handler runs only between two bytecodes of the main thread, so during one
+    # long tensor operation (a step of a huge block size) it waits for the operation to end.
+    # The C part of the handler still writes the signal's number to the "wakeup fd" at once;
+    # a thread reads it there and, on a second stop signal while a step is still running, ends
+    # the process when that step has not ended within STUCK_STEP_SECONDS.
+
+    def _start_watch(self) -> None:
+        if not self._previous or not hasattr(signal, "set_wakeup_fd"):
+            return
+        reader, writer = socket.socketpair()
+        reader.setblocking(True)
+        writer.setblocking(False)
+        try:
+            before = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            reader.close()
+            writer.close()
+            return
+        if before != -1:  # someone else's (an event loop): theirs stays
+            signal.set_wakeup_fd(before)
+            reader.close()
+            writer.close()
+            return
+        self._watch = (reader, writer, before)
+        threading.Thread(target=self._watch_signals, args=(reader,), daemon=True).start()
+
+    def _watch_signals(self, reader: socket.socket) -> None:
+        arrived: list[int] = []
+        while True:
+            try:
+                data = reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            arrived += [b for b in data if b in STOP_SIGNALS]
+            if len(arrived) >= 2 and self.mode == "defer":
+                mark, deadline = self.boundaries, time.monotonic() + STUCK_STEP_SECONDS
+                while time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    if self.mode != "defer" or self.boundaries != mark:
+                        break
+                else:
+                    self._end_now(arrived[0])
+
+    def _end_now(self, first: int) -> None:
+        """End the process at once, from the watching thread: nothing is being written (no save
+        runs in "defer" mode), the locks are removed, and a line says what is kept."""
+        said = _("{signal} again: the step still running did not end within {seconds} s, so the "
+                 "run ended at once; {kept}")  # fmt: skip
+        kept = self.kept() if self.kept is not None else _("this run saved nothing")
+        line = said.format(signal=signal_name(first), seconds=f"{STUCK_STEP_SECONDS:g}", kept=kept)
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os.write(2, ("\n" + line + "\n").encode())
+        for path in list(_HELD_LOCKS):
+            _remove(path)
+        os._exit(exit_code(first))
 
     def take_early(self) -> None:
         """Handle, in this mode, the stop signals that arrived during the imports."""
@@ -371,6 +493,12 @@ class StopSignals:
                 self._handle(signum, None)
 
     def __exit__(self, *exc) -> None:
+        if self._watch is not None:
+            reader, writer, before = self._watch
+            signal.set_wakeup_fd(before)
+            writer.close()
+            reader.close()
+            self._watch = None
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous = {}
@@ -445,6 +573,11 @@ class TrainingRun:
         self.start, self.step, self.history = 0, 0, History()
         self.total = settings["steps"]
         self.kept = random_states(self.batches, device)
+        # The last state whose validation loss was healthy (see `healthy`), in CPU memory, kept
+        # for a divergence to fall back on; a single process only (under torchrun a divergence
+        # saves nothing).
+        self.healthy: dict | None = None
+        self.left = False  # a training loss has left its range
 
     @property
     def done(self) -> int:
@@ -493,14 +626,22 @@ class TrainingRun:
                 self.step = step
                 B, T = s["batch_size"], model.cfg.block_size
                 idx, labels = sample_batch(tokens, B, T, self.batches, self.device)
+                if idx.dtype != torch.long:  # a large text's compact tokens (`cli._load`)
+                    idx, labels = idx.long(), labels.long()
                 lr = self.lr(step)
                 step_out = train_step(
                     model, self.optimizer, idx, labels, lr, CLIP, step=step, forward=forward
                 )
                 hist.record(step, lr, *step_out)
-                if val is not None and (step % s["eval_every"] == 0 or step == last):
-                    hist.record_val(step, estimate_loss(model, val, B, EVAL_BATCHES))
+                evaluated = val is not None and (step % s["eval_every"] == 0 or step == last)
+                if evaluated:
+                    hist.record_val(step, mean_loss(model, val, B, EVAL_BATCHES))
                 self.kept = random_states(self.batches, self.device)  # kept if the next diverges
+                loss = hist.loss[-1]
+                if not math.isfinite(loss) or loss > math.log(self.corpus.vocab_size) + 1.0:
+                    self.left = True  # out of range: no later state of this run counts as healthy
+                if evaluated and self.ranks.world_size == 1 and self.is_healthy(hist.val_loss):
+                    self._keep_healthy(step + 1, hist.val_loss[-1])
                 if on_step is not None:
                     on_step(hist)
                 if step < last and should_stop():  # under torchrun, every rank polls here
@@ -509,6 +650,67 @@ class TrainingRun:
         finally:
             hook.remove()
         return hist
+
+    def is_healthy(self, val_losses: list[float]) -> bool:
+        """A validation loss (the last of `val_losses`) is healthy when it is finite, no worse
+        than a uniform guess over the vocabulary (ln V) by more than HEALTHY_MARGIN, no worse
+        than the best one before it by more than HEALTHY_MARGIN, and no training loss of this
+        run has left its range so far (worse than ln V by more than a nat): a model that blew up
+        and collapsed into a uniform guess, or into repeating one character, is finite but not
+        healthy."""
+        *before, val = val_losses
+        if (
+            self.left
+            or not math.isfinite(val)
+            or val > math.log(self.corpus.vocab_size) + HEALTHY_MARGIN
+        ):
+            return False
+        best = min((v for v in before if math.isfinite(v)), default=math.inf)
+        return val <= best + HEALTHY_MARGIN
+
+    def _keep_healthy(self, done: int, val_loss: float) -> None:
+        hist = self.history
+        self.healthy = {
+            "done": done,
+            "val_loss": val_loss,
+            "model": _cpu_copy(self.model.state_dict()),
+            "optimizer": _cpu_copy(self.optimizer.state_dict()),
+            "rng": self.kept,
+            "lengths": (len(hist.step), len(hist.val_step)),
+        }
+
+    def keep_start_as_healthy(self) -> None:
+        """The resumed state is the healthy one to fall back on until an evaluation is."""
+        if self.ranks.world_size == 1:
+            self.healthy = {"done": self.start, "val_loss": None, "model": None}
+
+    def back_to_healthy(self) -> bool:
+        """Put back the last healthy state (weights, optimiser, random states, history); False
+        when there is none newer than the start of this run."""
+        kept = self.healthy
+        if kept is None or kept["model"] is None:
+            return False
+        self.model.load_state_dict(kept["model"])
+        self.optimizer.load_state_dict(kept["optimizer"])
+        self.kept = kept["rng"]
+        n, m = kept["lengths"]
+        hist = self.history
+        for name in ("step", "lr", "loss", "grad_norm"):
+            del getattr(hist, name)[n:]
+        del hist.val_step[m:], hist.val_loss[m:]
+        return True
+
+    def left_range(self, diverged: Diverged) -> tuple[int, float, float]:
+        """(step, loss, lr): the first step after the last healthy state whose training loss was
+        out of range (not finite, or worse than a uniform guess, ln V, by more than a nat), at
+        the rate the schedule gave it; the diverging step itself when none was before it."""
+        since = self.healthy["done"] if self.healthy is not None else self.start
+        ceiling = math.log(self.corpus.vocab_size) + 1.0
+        hist = self.history
+        for step, loss, lr in zip(hist.step, hist.loss, hist.lr, strict=True):
+            if step >= since and (not math.isfinite(loss) or loss > ceiling):
+                return step, loss, lr
+        return diverged.step, diverged.value, self.lr(diverged.step)
 
     def _forward(self):
         """The module the forward pass runs through: DDP, compiled, under autocast."""
@@ -546,7 +748,7 @@ class TrainingRun:
         appeared at `out` during the run and may not be replaced, the first free `OUT-N.pt`
         beside it (the run's work is kept either way)."""
         s, corpus = self.settings, self.corpus
-        fingerprint = corpus.fingerprint()
+        fingerprint = corpus_fingerprint(corpus)
         training = {
             "settings": s,
             "corpus": {"name": corpus.name, "reading": corpus.reading,
@@ -566,6 +768,48 @@ class TrainingRun:
             except FileExistsError:
                 continue
         raise CheckpointError(f"could not find a free name beside {out!r} to save the run")
+
+
+def mean_loss(model, tokens: torch.Tensor, batch_size: int, n_batches: int, seed=1234) -> float:
+    """`gptlib.train.estimate_loss`, also for tokens kept in a smaller integer type than the
+    model reads (a large text read by the command line): the same windows, made long integers
+    one batch at a time."""
+    if tokens.dtype == torch.long:
+        return estimate_loss(model, tokens, batch_size, n_batches, seed)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        losses = [
+            model(idx.long(), labels.long())[1].item()
+            for idx, labels in eval_batches(model, tokens, batch_size, n_batches, seed)
+        ]
+    model.train(was_training)
+    return sum(losses) / len(losses)
+
+
+def corpus_fingerprint(corpus, chunk: int = 1 << 20) -> str:
+    """`corpus.fingerprint()`, the same hash, read a million tokens at a time: the whole-stream
+    copy it makes would double the memory of a large text's tokens at each save."""
+    h = hashlib.sha256(repr(corpus.tokenizer.to_dict()).encode())
+    for stream in (corpus.train, corpus.val):
+        for start in range(0, stream.numel(), chunk):
+            h.update(stream[start : start + chunk].to(torch.int64).cpu().numpy().tobytes())
+        h.update(b"|")
+    return h.hexdigest()[:16]
+
+
+HEALTHY_MARGIN = 0.5  # nats: how much worse than the best, or than ln V, is still healthy
+
+
+def _cpu_copy(value):
+    """A copy of a state dict (nested dicts and lists of tensors) on the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _cpu_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_cpu_copy(v) for v in value)
+    return value
 
 
 # -- what a run needs -----------------------------------------------------------------------------
@@ -608,7 +852,8 @@ def available_memory(device: torch.device) -> int | None:
         return None
 
 
-def _size(n: float) -> str:
+def readable_size(n: float) -> str:
+    """`n` bytes in words: 7.2 GB."""
     for unit in ("bytes", "KB", "MB", "GB", "TB", "PB"):
         if n < 1000 or unit == "PB":
             return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
@@ -624,13 +869,77 @@ def check_memory(cfg, batch_size: int, device: torch.device) -> None:
         return
     attention = (
         f"; the attention weights alone are {cfg.n_layer + 1} x B x h x T x T = "
-        f"{_size((cfg.n_layer + 1) * batch_size * cfg.n_head * cfg.block_size**2 * 4)} "
+        f"{readable_size((cfg.n_layer + 1) * batch_size * cfg.n_head * cfg.block_size**2 * 4)} "
         "(--attention sdpa does not keep them)"
         if cfg.attention == "manual"
         else ""
     )
     raise ValueError(
         f"a training step with --batch-size {batch_size} and block_size {cfg.block_size} needs "
-        f"at least {_size(need)} and {device} has {_size(have)} free{attention}; lower "
+        f"at least {readable_size(need)} and {device} has {readable_size(have)} free{attention}; lower "
         "--batch-size or --block-size"
     )
+
+
+def check_space(out: str, need: int) -> None:
+    """Refuse, in one line, a save that the file system of `out` has no room for."""
+    free = free_bytes(out)
+    if free is not None and free < need:
+        raise ValueError(no_space(out, need, free))
+
+
+def no_space(out: str, need: int, free: int) -> str:
+    said = _("not enough space for the checkpoint in {folder}: it needs about {need} bytes and "
+             "{free} bytes are free; free some space, or pass --out in another folder")  # fmt: skip
+    return said.format(folder=existing_folder(out), need=f"{need:,}", free=f"{free:,}")
+
+
+def step_flops(cfg, batch_size: int) -> float:
+    """The arithmetic of one training step: forward and backward through every weight (6 flops a
+    parameter a position) and through the attention scores (12 L T^2 d a window)."""
+    B, T, d, L = batch_size, cfg.block_size, cfg.n_embd, cfg.n_layer
+    return 6.0 * parameter_formula(cfg) * B * T + 12.0 * L * B * T * T * d
+
+
+def measured_rate(device: torch.device) -> float:
+    """Floating-point operations a second that `device` does here and now, from a few products
+    of 256 x 256 matrices (a step runs at this rate at best)."""
+    n = 256
+    a = torch.randn(n, n, device=device)
+    a @ a  # the first product pays for start-up
+    _synchronize(device)
+    runs, begin = 0, time.perf_counter()
+    while runs < 3 or time.perf_counter() - begin < 0.02:
+        a @ a
+        runs += 1
+    _synchronize(device)
+    return 2.0 * n**3 * runs / max(time.perf_counter() - begin, 1e-9)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def check_step_time(cfg, batch_size: int, device: torch.device, most: float) -> float:
+    """The seconds one step is expected to take at least (its arithmetic at the rate this device
+    measures); refused, before any work, above `most` (--max-step-seconds)."""
+    seconds = step_flops(cfg, batch_size) / measured_rate(device)
+    if seconds > most:
+        said = _("one training step with --batch-size {batch_size} and block_size {block} is "
+                 "expected to take about {seconds} s on {device} ({flops} floating-point "
+                 "operations at the {rate} a second measured here), more than --max-step-seconds "
+                 "{most:g}; lower --block-size or --batch-size, or pass a larger "
+                 "--max-step-seconds")  # fmt: skip
+        raise ValueError(
+            said.format(
+                batch_size=batch_size,
+                block=cfg.block_size,
+                seconds=f"{seconds:,.0f}",
+                device=device,
+                flops=f"{step_flops(cfg, batch_size):.2g}",
+                rate=f"{measured_rate(device):.2g}",
+                most=most,
+            )
+        )
+    return seconds

@@ -227,13 +227,29 @@ def test_after_a_kill_9_the_next_run_takes_over_and_cleans_up(tmp_path, capsys):
         proc.kill()
     left = os.listdir(tmp_path)
     assert left and "m.pt" not in left
-    orphan = tmp_path / ".m.pt.tmp-abcd_123.pt"  # as a save killed half-way leaves it
+    lock = tmp_path / os.path.basename(gptlib.run.lock_path(str(out)))
+    token = re.search(r" token ([0-9a-f]+)$", lock.read_text().strip())[1]  # the killed run's
+    orphan = tmp_path / f".m.pt.{token}.tmp-abcd_123.pt"  # as its save killed half-way leaves it
     orphan.write_bytes(b"half a checkpoint")
-    other = tmp_path / ".other.pt.tmp-abcd_123.pt"  # another checkpoint's: not this run's
+    other = tmp_path / f".other.pt.{token}.tmp-abcd_123.pt"  # another checkpoint's
+    users = tmp_path / ".m.pt.tmp-abcd_123.pt"  # the user's own file, named like an old one
+    users.write_bytes(b"mine")
     other.write_bytes(b"x")
     assert main(["train", *QUICK, "--steps", "2", "--samples", "0", "--out", str(out)]) == 0
     assert "removed 1 temporary file" in capsys.readouterr().out
-    assert sorted(os.listdir(tmp_path)) == [other.name, "m.pt"]
+    assert sorted(os.listdir(tmp_path)) == sorted([other.name, users.name, "m.pt"])
+    assert users.read_bytes() == b"mine"
+
+
+def test_a_users_file_named_like_a_temporary_file_is_never_removed(tmp_path, capsys):
+    out = tmp_path / "m.pt"
+    mine = tmp_path / ".m.pt.tmp-abcd_123.pt"  # the shape of a temporary file, without a token
+    mine.write_bytes(b"my file")
+    lock = tmp_path / os.path.basename(gptlib.run.lock_path(str(out)))
+    lock.write_text(f"{gptlib.run.LOCK_MARK}12345\n")  # a stale lock of an older run: no token
+    assert _train(out, "--steps", "2") == 0
+    assert "removed" not in capsys.readouterr().out
+    assert mine.read_bytes() == b"my file" and sorted(os.listdir(tmp_path)) == [mine.name, "m.pt"]
 
 
 # -- the lock never touches a user's file ---------------------------------------------------------
@@ -269,24 +285,28 @@ def test_a_failing_final_evaluation_keeps_the_saved_run(tmp_path, capsys, monkey
 
     monkeypatch.setattr(gptlib.cli, "estimate_loss", out_of_memory)
     out = tmp_path / "m.pt"
-    with pytest.raises(RuntimeError, match="out of memory"):
-        main(["train", *QUICK, "--batch-size", "3", "--steps", "3", "--out", str(out)])
+    assert main(["train", *QUICK, "--batch-size", "3", "--steps", "3", "--out", str(out)]) == 0
     assert sizes == [3]  # the run's own batch size, not 32
     assert load_checkpoint(out).step == 3  # saved before the evaluation
-    assert "final evaluation: " in capsys.readouterr().out  # it says what it does
+    text = capsys.readouterr()
+    assert "final evaluation: " in text.out  # it says what it does
+    assert "final evaluation failed (CUDA out of memory)" in text.out  # and that it failed
+    assert "Traceback" not in text.err
 
 
-def test_a_diverging_run_stops_in_one_line_and_keeps_its_last_finite_state(tmp_path, capsys):
+def test_a_run_that_diverges_from_its_first_step_saves_nothing_and_says_why(tmp_path, capsys):
     out = tmp_path / "m.pt"
     args = [*QUICK, "--steps", "300", "--lr", "1000", "--warmup", "0", "--samples", "0"]
-    assert main(["train", *args, "--out", str(out)]) == 1
+    with pytest.raises(SystemExit) as e:
+        main(["train", *args, "--out", str(out)])
+    assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
-    step = int(re.search(r"step (\d+): the (loss|gradients) became", err)[1])
-    ck = load_checkpoint(out)
-    assert ck.step == step and len(ck.history) == step
-    assert all(torch.isfinite(p).all() for p in ck.model.parameters())
-    assert "--resume" in err and "--lr" in err  # how to continue
+    assert re.search(r"step \d+: the (loss|gradients) became", err)
+    left = re.search(r"the loss left its range at step (\d+) .* at lr ([\d.e+]+)", err)
+    lower = float(re.search(r"run it with --lr ([\d.e+-]+) or lower", err)[1])
+    assert int(left[1]) <= 1 and lower < float(left[2])  # how to start again
+    assert os.listdir(tmp_path) == []  # nothing healthy to keep, no lock
 
 
 # -- resume says what changed ---------------------------------------------------------------------

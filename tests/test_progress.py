@@ -68,6 +68,18 @@ def test_an_empty_package_is_not_written_yet(tmp_path, capsys):
     assert f"0 of {len(EXERCISES)} exercises solved" in out
 
 
+def test_a_fresh_copy_of_the_course_has_nothing_kept_yet(tmp_path, capsys, monkeypatch):
+    """A clone has no notebooks/yourgpt/ until a check passes: progress says so, not an error."""
+    where = tmp_path / "notebooks" / "yourgpt"  # not there
+    monkeypatch.setattr(yours, "folder", lambda: where)
+    assert main(["progress"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and f"Nothing kept yet: each piece you write is kept in {where}" in (
+        captured.out
+    )
+    assert f"0 of {len(EXERCISES)} exercises solved" in captured.out and not where.exists()
+
+
 def test_every_reference_solution_kept_is_solved(tmp_path):
     """show_solution's text, kept as the reader's piece with the imports its module has, passes
     its own check: the printed solution runs where it is pasted."""

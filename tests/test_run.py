@@ -115,6 +115,10 @@ def test_an_existing_out_is_refused_unless_asked(tmp_path, capsys):
         ["train", *QUICK, "--out", str(note)], capsys, "a file of 8 bytes that is not a gptlib"
     )
     assert note.read_text() == "my notes"
+    _refused(  # --overwrite replaces only a checkpoint (recognised by its content)
+        ["train", *QUICK, "--out", str(note), "--overwrite"], capsys, "only a checkpoint written"
+    )
+    assert note.read_text() == "my notes"
     # --overwrite replaces it
     assert (
         main(["train", *QUICK, "--steps", "1", "--samples", "0", "--out", str(out), "--overwrite"])
@@ -230,7 +234,9 @@ def test_output_path_allows_resuming_in_place_only(tmp_path):
     assert output_path(str(ck), resume=str(ck)) == str(ck)
     with pytest.raises(ValueError, match="already exists"):
         output_path(str(ck), resume=str(tmp_path / "b.pt"))
-    assert output_path(str(ck), overwrite=True) == str(ck)
+    with pytest.raises(ValueError, match="not a gptlib checkpoint; --overwrite replaces only"):
+        output_path(str(ck), overwrite=True)  # not a checkpoint: --overwrite does not replace it
+    assert ck.read_text() == "x"
 
 
 # -- Ctrl-C at any moment, and exact resuming --------------------------------------------------
@@ -559,3 +565,11 @@ def test_bfloat16_autocast_trains_float32_weights():
     assert all(p.dtype == torch.float32 for p in run.model.parameters())
     assert hist.loss[0] == pytest.approx(plain.loss[0], abs=0.05)  # bfloat16 rounds, same loss
     assert hist.loss[0] != plain.loss[0]
+
+
+def test_the_fingerprint_read_in_chunks_is_the_corpus_own():
+    from gptlib.data import load_corpus
+    from gptlib.run import corpus_fingerprint
+
+    corpus = load_corpus("names")
+    assert corpus_fingerprint(corpus, chunk=1000) == corpus.fingerprint()

@@ -150,6 +150,13 @@ def format_table(rows: list[Row]) -> str:
 def progress(folder: str | os.PathLike | None = None, timeout: float = 60.0) -> None:
     """Print every exercise of the course with its state in the reader's package `folder`
     (default `notebooks/yourgpt/`), each kept function checked again."""
+    if folder is None and not yours.folder().is_dir():  # a fresh copy of the course
+        where = yours.folder()
+        said = _("Nothing kept yet: each piece you write is kept in {path} once its notebook's "
+                 "check passes")  # fmt: skip
+        print(said.format(path=where) + "\n")
+        print(format_table([Row(e, NOT_WRITTEN, "") for e in EXERCISES]))
+        return
     where = _package(folder)
     rows = collect(where, timeout)
     print(_("Your pieces in {path}").format(path=where.resolve()) + "\n")

@@ -65,13 +65,45 @@ def sections(html: str) -> tuple[str, list[dict]]:
     return title, found
 
 
+def taught(html: str) -> dict[tuple[str, str], list[str]]:
+    """What the glossary page says each chapter section teaches: (page, anchor) -> the terms of
+    every glossary row that links it (the row's first two cells: the term, the textbook's word),
+    for the links into this edition's chapters; anchor "" where the row links the page."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for row in BeautifulSoup(html, "html.parser").select("article tbody tr"):
+        cells = row.find_all("td")
+        if len(cells) < 2:
+            continue
+        terms = []
+        for cell in cells[:2]:  # the cell, and each of its words without their notes
+            text = _text(cell)
+            terms.append(text)
+            while re.search(r"\([^()]*\)|（[^（）]*）", text):
+                text = re.sub(r"\([^()]*\)|（[^（）]*）", "", text)
+            terms += [w.strip() for w in re.split(r"[/;；]", text) if w.strip()]
+        for a in row.select('a[href$=".html"], a[href*=".html#"]'):
+            page, _, anchor = a["href"].partition("#")
+            if re.fullmatch(r"\d\d_\w+\.html", page):
+                found.setdefault((page, anchor), []).extend(terms)
+    return found
+
+
 def write_index(folder: Path, lang: str) -> int:
-    """_static/course-search-index.js for one built edition; returns its size in bytes."""
+    """_static/course-search-index.js for one built edition; returns its size in bytes. Each
+    section also holds the glossary's terms for it (taught()): what the course says it teaches."""
+    glossary = folder / "glossary.html"
+    terms = taught(glossary.read_text(encoding="utf-8")) if glossary.is_file() else {}
     pages = []
     for page in sorted(folder.glob("*.html")):
         if page.stem in ("search", "genindex"):
             continue
         title, secs = sections(page.read_text(encoding="utf-8"))
+        for i, sec in enumerate(secs):
+            got = terms.get((page.name, sec["id"]), []) + (
+                terms.get((page.name, ""), []) if i == 0 else []
+            )
+            if got:
+                sec["terms"] = " · ".join(dict.fromkeys(got))
         pages.append(
             {
                 "url": page.name,

@@ -521,9 +521,11 @@ def glossary_terms() -> list[tuple[str, str, set[str]]]:
         taught = set(re.findall(r"notebooks/(?:zh/)?(\d\d_\w+)\.ipynb", row))
         english = re.sub(r"[`*]", "", cells[0]).strip()
         found.append(("en", english, taught))
-        chinese = re.sub(r"\([^)]*\)|（[^）]*）", "", cells[1])
-        for word in re.split(r"\s*/\s*", chinese):
-            word = re.sub(r"[`*]", "", word).strip()
+        chinese = cells[1]
+        while re.search(r"\([^()]*\)|（[^（）]*）", chinese):  # notes, nested ones too
+            chinese = re.sub(r"\([^()]*\)|（[^（）]*）", "", chinese)
+        for word in re.split(r"\s*[/;；]\s*", chinese):
+            word = re.sub(r"[`*]|^第 \d 章[:：]\s*", "", word).strip()
             if re.search(r"[\u4e00-\u9fff]", word):
                 found.append(("zh", word, taught))
     return found

@@ -13,7 +13,10 @@
    fetched, so it works from file:// as well. */
 "use strict";
 (() => {
-  const W = { title: 100, heading: 30, body: 1, bodyMax: 20, phraseTitle: 1000, phraseHeading: 200 };
+  const W = {
+    title: 100, heading: 30, taught: 60, body: 1, bodyMax: 20,
+    phraseTitle: 1000, phraseTaught: 500, phraseHeading: 200,
+  };
   const HAN = /[\u3400-\u9fff\uf900-\ufaff]/;
 
   // Lower case, no accents, every run of punctuation and spaces one space: "dot-product" and
@@ -56,16 +59,24 @@
     window.courseSearchIndex.pages.map((p) => ({
       ...p,
       nTitle: norm(p.title),
-      secs: p.sections.map((s) => ({ ...s, nHeading: norm(s.heading), nText: norm(s.text) })),
+      secs: p.sections.map((s) => ({
+        ...s,
+        nHeading: norm(s.heading),
+        nText: norm(s.text),
+        nTerms: (s.terms || "").split(" · ").map(norm),
+      })),
     }));
 
   // How much a part counts on a page, and in which section most; 0 if it is not there.
   const scorePart = (page, re) => {
     let headings = 0;
+    let taught = 0;
     let body = 0;
     let best = null;
     for (const s of page.secs) {
-      const h = count(re, s.nHeading, 1);
+      const t = s.nTerms.some((term) => count(re, term, 1)) ? 1 : 0;
+      taught += t;
+      const h = count(re, s.nHeading, 1) + t;
       const b = count(re, s.nText, W.bodyMax);
       headings += h;
       body += b;
@@ -76,6 +87,7 @@
     if (!title && !headings && !body) return null;
     const score =
       title * W.title +
+      (taught ? W.taught : 0) +
       (headings ? W.heading + 5 * Math.min(headings - 1, 4) : 0) +
       Math.min(body, W.bodyMax) * W.body +
       Math.log1p(body);
@@ -110,7 +122,15 @@
         if (got.best && (!best || got.best.here > best.here)) best = got.best;
       }
       if (!ok) continue;
-      if (page.nTitle.includes(phrase)) total += W.phraseTitle * (phrase.length / Math.max(page.nTitle.length, 1) + 1);
+      // The query as typed in the title: the more of the title it is, the more it counts.
+      if (page.nTitle.includes(phrase)) total += (W.phraseTitle * phrase.length) / page.nTitle.length;
+      // The query is one of the glossary's words for a section here: what it teaches.
+      const exact = page.secs.find((s) => s.nTerms.includes(phrase));
+      const term = exact || page.secs.find((s) => s.nTerms.some((t) => t.includes(phrase)));
+      if (term) {
+        total += exact ? 2 * W.phraseTaught : W.phraseTaught / 2;
+        best = { s: term, here: Infinity };
+      }
       const head = page.secs.find((s) => s.nHeading.includes(phrase));
       if (head) {
         total += W.phraseHeading;
@@ -181,7 +201,10 @@
     }
   };
 
-  window.courseSearch = { search: (q) => search(prepared(), q).map((r) => r.page.url), parts };
+  window.courseSearch = {
+    search: (q) => search(prepared(), q).map((r) => r.page.url),
+    ranked: (q) => search(prepared(), q).map((r) => [r.page.url, Math.round(r.score)]),
+  };
   document.addEventListener("DOMContentLoaded", () => {
     const query = new URLSearchParams(window.location.search).get("q") || "";
     for (const input of document.querySelectorAll('input[name="q"]')) input.value = query;

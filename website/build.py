@@ -432,13 +432,17 @@ def copy_mathjax(to: Path) -> None:
             shutil.copyfile(f, to / f.relative_to(root))
 
 
-# The theme draws its icons with Font Awesome's script (1.5 MB, every icon there is). The site
-# uses a dozen: each becomes a CSS mask in _static/course-icons.css, drawn in the text's colour.
+# The theme draws its icons with Font Awesome's script (1.5 MB, every icon there is) or its web
+# font (115 kB). The site uses a dozen: each becomes a CSS mask in _static/course-icons.css, drawn
+# in the text's colour.
 ICON_CSS = (
     ".fa-solid,.fa-regular,.fas,.far{display:inline-block;width:1em;height:1em;"
     "vertical-align:-0.125em;background-color:currentColor;"
     "-webkit-mask:var(--course-icon) no-repeat center/contain;"
     "mask:var(--course-icon) no-repeat center/contain}"
+    # the theme's style sheet would also draw each icon as a glyph of Font Awesome's web font
+    # (kept in _static/vendor/ for the few other places its style sheet uses it): not twice
+    ".fa-solid::before,.fa-regular::before,.fas::before,.far::before{content:none}"
     ".fa-lg{font-size:1.25em;vertical-align:-0.2em}.fa-fw{width:1.25em}\n"
 )
 
@@ -473,7 +477,6 @@ UNUSED_TAGS = re.compile(
 UNUSED_FILES = [
     "_static/scripts/fontawesome.js",
     "_static/scripts/fontawesome.js.LICENSE.txt",
-    "_static/vendor",
     "_static/locales",  # the theme's interface in 46 languages: the site has two, its own
     "_static/webpack-macros.html",  # the theme's templates, copied as they are
     "_static/sbt-webpack-macros.html",

@@ -579,3 +579,47 @@ def test_the_slider_frames_stay_small(site):
     each = 10 * 2 + 5 + 4 * 4 + temperatures * len(frames.TOP_KS)
     assert site["frames"] == len(EDITIONS) * each, site  # each edition's, in its language
     assert site["frame_bytes"] < 16 * 2**20, site
+
+
+# ---------------------------------------------------------------------------------------------
+# Accessibility: axe-core over each kind of page, in light and dark mode.
+
+AXE_PAGES = [
+    "index.html",
+    "en/index.html",
+    "en/03_scaled_attention.html",
+    "zh/08_logits.html",
+    "zh/glossary.html",
+    "en/errata.html",
+    "zh/search.html?q=注意力",
+]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_no_serious_accessibility_violation(site, browser, scheme):
+    """axe-core (the pinned axe-playwright-python's) finds no serious or critical violation,
+    contrast included, on the site's index, an edition's index, a chapter of each edition, the
+    glossary, the errata and a search with results, in the reader's light or dark mode."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    axe = Axe()
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+    tab = context.new_page()
+    found = {}
+    try:
+        for page in AXE_PAGES:
+            tab.goto(f"{site['url']}/{page}", wait_until="load")
+            if "search.html" in page:
+                tab.wait_for_selector("#search-results ul.search li")
+            tab.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+            violations = axe.run(tab).response["violations"]
+            found[page] = [
+                (v["id"], v["impact"], [n["target"] for n in v["nodes"][:3]])
+                for v in violations
+                if v["impact"] in ("serious", "critical")
+            ]
+            print(scheme, page, "violations:", [(v["id"], v["impact"]) for v in violations])
+        _shot(tab, f"axe-{scheme}-last")
+    finally:
+        context.close()
+    assert not any(found.values()), found

@@ -4,17 +4,25 @@
 
 Sphinx, myst-nb and sphinx-book-theme render every stored notebook as it is, outputs included,
 never re-executed: the English edition from notebooks/ into _site/en/, the Chinese one from
-notebooks/zh/ into _site/zh/ (lang="zh-CN", searched word by word through jieba). The theme
-gives the chapter sidebar, the page's contents, previous/next with titles, search, dark mode and
-a phone layout; sphinx-copybutton the copy buttons. What this file adds: each page's link to its
-twin, a line on running the notebook, the downloadable .ipynb (the real notebook, sliders and
-all), a MathJax 3 served from the site itself, and _site/index.html, which offers both
-languages. A slider cannot move without a running kernel, so each of the course's sliders is
+notebooks/zh/ into _site/zh/ (lang="zh-CN"), each with the glossary (GLOSSARY.md, or
+GLOSSARY.zh-CN.md for the Chinese edition where it exists) and the errata (ERRATA.md,
+ERRATA.zh-CN.md) as pages. The theme gives the chapter sidebar, the page's contents,
+previous/next with titles, dark mode and a phone layout (static/course-menus.js makes its two
+menu buttons work); sphinx-copybutton the copy buttons. What this file adds: each page's link to
+its twin, a line on running the notebook, the downloadable .ipynb (the real notebook, sliders and
+all), every link of the repository made a link of the site (Links: "see ERRATA N" to its entry,
+a heading of a notebook to its anchor on the site, a repository file the site does not show to
+its text), MathJax 3 served from the site itself on the pages with formulas, the course's own
+search (website/search.py, static/course-search.js: titles, headings and the glossary's terms
+first; Chinese found as typed; works from file://), and _site/index.html, which offers both
+languages. Then it lightens each edition (lighten(): no Font Awesome script, theme translations,
+template pages or Sphinx search; the notebooks' pictures as lossless WebP), checks every link,
+picture and anchor of every page (a dead one, like any Sphinx warning, fails the build) and weighs
+each page. A slider cannot move without a running kernel, so each of the course's sliders is
 drawn here at every value its controls offer (notebook 08's top-k at a few), by its own widget
 (website/frames.py), in each edition's language, into _site/frames/ (en-..., zh-...); the page
-shows them behind its own range inputs
-(static/course-sliders.js), with a line on running the live widget in JupyterLab. The frames are
-drawn while Sphinx renders.
+shows them behind its own range inputs (static/course-sliders.js), with a line on running the
+live widget in JupyterLab. The frames are drawn while Sphinx renders.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The edition comes from the environment: COURSE_EDITION is "en" or "zh". Notebooks are rendered
 by myst-nb as stored, never executed; the theme is sphinx-book-theme; formulas are typeset by a
-MathJax 3 copied into the site (its SVG output, which needs no web fonts).
+MathJax 3 copied into the site (TeX in, CommonHTML out, its web fonts beside it). Sphinx still
+writes its own search index; website/build.py replaces its search with the course's.
 """
 
 from __future__ import annotations

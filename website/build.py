@@ -432,12 +432,86 @@ def _mathjax() -> Path:
     raise FileNotFoundError("MathJax's startup.js not found in sphinx-mathjax-offline")
 
 
-def copy_mathjax(to: Path) -> None:
+def copy_mathjax(to: Path, patterns: list[str] = MATHJAX_FILES) -> None:
     root = _mathjax()
-    for pattern in MATHJAX_FILES:
+    for pattern in patterns:
         for f in root.glob(pattern):
             (to / f.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(f, to / f.relative_to(root))
+
+
+MATH = re.compile(r'<(span|div) class="math notranslate nohighlight">(.*?)</\1>', re.S)
+MATH_SCRIPTS = re.compile(
+    r'<script>window\.MathJax = .*?</script>\s*|<script [^>]*src="_static/mathjax/startup\.js"[^>]*></script>\s*'
+)
+
+
+def prerender_math(folder: Path) -> bool:
+    """Every formula of an edition typeset once, here, by MathJax itself (run by Node.js: the
+    pinned MathJax's node-main.js, website/mathjax_render.js): the pages get MathJax's CommonHTML
+    markup and one style sheet, _static/course-math.css, and load no MathJax script (0.8 MB
+    less on every page with a formula). Returns False, changing nothing, where there is no
+    `node`: the pages then typeset in the browser. A formula MathJax cannot read stops the build."""
+    node = shutil.which("node")
+    if node is None:
+        return False
+    pages = {}
+    formulas = []
+    for page in sorted(folder.glob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        found = list(MATH.finditer(text))
+        if not found:
+            continue
+        pages[page] = (text, found)
+        for m in found:
+            tex = html.unescape(m.group(2)).strip()
+            if tex.startswith("\\(") and tex.endswith("\\)"):
+                formulas.append([tex[2:-2], False])
+            elif tex.startswith("\\[") and tex.endswith("\\]"):
+                formulas.append([tex[2:-2], True])
+            else:  # an amsmath environment, displayed as it is
+                formulas.append([tex, True])
+    if not formulas:
+        return True
+    with tempfile.TemporaryDirectory(prefix="course-math-") as tmp:
+        listing = Path(tmp) / "formulas.json"
+        listing.write_text(json.dumps(formulas), encoding="utf-8")
+        fonts = "mathjax/output/chtml/fonts/woff-v2"  # relative to _static/course-math.css
+        run = subprocess.run(
+            [node, str(HERE / "mathjax_render.js"), str(listing), fonts, str(_mathjax())],
+            capture_output=True,
+            text=True,
+        )
+    if run.returncode:
+        raise RuntimeError(f"MathJax could not typeset the formulas: {run.stderr[-2000:]}")
+    done = json.loads(run.stdout[run.stdout.index("{") :])
+    bad = [tex for (tex, _), out in zip(formulas, done["html"], strict=True) if "mjx-merror" in out]
+    if bad:
+        raise RuntimeError(f"MathJax cannot read {len(bad)} formulas: {bad[:5]}")
+    (folder / "_static" / "course-math.css").write_text(done["css"], encoding="utf-8")
+    rendered = iter(zip(formulas, done["html"], strict=True))
+    for page, (text, found) in pages.items():
+        out, last = [], 0
+        for m in found:
+            (tex, _), markup = next(rendered)
+            label = html.escape(tex, quote=True)
+            markup = markup.replace(
+                "<mjx-container ", f'<mjx-container role="math" aria-label="{label}" ', 1
+            )
+            out += [
+                text[last : m.start()],
+                f'<{m.group(1)} class="math notranslate nohighlight">{markup}</{m.group(1)}>',
+            ]
+            last = m.end()
+        text = "".join(out) + text[last:]
+        text = MATH_SCRIPTS.sub("", text)
+        text = text.replace(
+            "</head>",
+            '<link rel="stylesheet" type="text/css" href="_static/course-math.css" />\n</head>',
+            1,
+        )
+        page.write_text(text, encoding="utf-8")
+    return True
 
 
 # The theme draws its icons with Font Awesome's script (1.5 MB, every icon there is) or its web
@@ -496,6 +570,12 @@ UNUSED_FILES = [
 ]
 
 
+# The site's icon, in every page itself: no request a browser could abort or fail.
+FAVICON = "data:image/svg+xml," + quote(
+    (HERE / "static" / "favicon.svg").read_text(encoding="utf-8").strip(), safe=" =:/'\""
+).replace('"', "'")
+
+
 def to_webp(images: Path) -> set[str]:
     """The notebooks' pictures as lossless WebP (the same pixels, about a third of the PNG's
     bytes), each where it is smaller; returns the names converted (without .png)."""
@@ -522,6 +602,7 @@ def lighten(folder: Path) -> None:
     webp = to_webp(folder / "_images")
     for page in folder.glob("*.html"):
         text = UNUSED_TAGS.sub("", page.read_text(encoding="utf-8"))
+        text = text.replace('href="_static/favicon.svg"', f'href="{FAVICON}"')
         text = re.sub(
             r'(src="_images/[0-9a-f]+)\.png"',
             lambda m: f'{m.group(1)}.webp"' if m.group(1)[13:] in webp else m.group(0),
@@ -574,7 +655,7 @@ def _index(chs: list[dict]) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<link rel="icon" href="en/_static/favicon.svg">'
+        f'<link rel="icon" href="{FAVICON}">'
         f"<title>A small GPT · 从零读懂一个小 GPT</title><style>{style}</style></head><body><main>"
         '<h1>A small GPT · <span lang="zh-CN">从零读懂一个小 GPT</span></h1>'
         f'<nav class="langs">{choose}</nav><div class="editions">{"".join(sections)}</div>'
@@ -690,7 +771,10 @@ def build(out: Path = SITE, quiet: bool = True) -> dict:
             if run.wait():
                 raise RuntimeError(f"sphinx-build failed for the {lang} edition")
             folder = out / lang
-            copy_mathjax(folder / "_static" / "mathjax")
+            if prerender_math(folder):  # the formulas typeset here: MathJax's fonts only
+                copy_mathjax(folder / "_static" / "mathjax", ["output/chtml/fonts/woff-v2/*.woff"])
+            else:
+                copy_mathjax(folder / "_static" / "mathjax")
             lighten(folder)
             search.write_index(folder, lang)
             for stem in (s for s in stems if s not in PAGES):  # the download: the notebook

@@ -21,6 +21,7 @@ from bs4 import BeautifulSoup, NavigableString
 # running the notebook, headings' link marks, scripts.
 SKIP = [
     ".cell_output",
+    ".cell_input",  # the code: only its names are kept (names())
     ".course-frames",
     ".course-slider-note",
     ".course-run-note",
@@ -38,12 +39,18 @@ def _text(node) -> str:
 
 
 def sections(html: str) -> tuple[str, list[dict]]:
-    """A built page's title and its sections: [{"id", "heading", "text"}], in page order, each
-    section's text without that of the sections inside it."""
+    """A built page's title and its sections: [{"id", "heading", "text", "code"}], in page order,
+    each section's prose without that of the sections inside it, and the names its code uses
+    (those with a dot or an underscore: causal_attention, F.softmax), not the code itself."""
     soup = BeautifulSoup(html, "html.parser")
     article = soup.select_one("article.bd-article") or soup.select_one('[role="main"]')
     if article is None:
         return "", []
+    code = {}  # each code cell's section -> the names it uses
+    for cell in article.select(".cell_input"):
+        sec = cell.find_parent("section")
+        found = re.findall(r"[A-Za-z_][\w.]*[_.][\w.]*\w", cell.get_text(" "))
+        code.setdefault(id(sec), []).extend(found)
     for sel in SKIP:
         for node in article.select(sel):
             node.decompose()
@@ -59,9 +66,14 @@ def sections(html: str) -> tuple[str, list[dict]]:
             elif child.name != "section" and child is not heading:
                 parts.append(child.get_text(" "))
         text = re.sub(r"\s+", " ", " ".join(parts)).strip()
-        found.append(
-            {"id": sec.get("id", ""), "heading": _text(heading) if heading else "", "text": text}
-        )
+        entry = {
+            "id": sec.get("id", ""),
+            "heading": _text(heading) if heading else "",
+            "text": text,
+        }
+        if code.get(id(sec)):
+            entry["code"] = " ".join(dict.fromkeys(code[id(sec)]))
+        found.append(entry)
     return title, found
 
 

@@ -62,7 +62,7 @@
       secs: p.sections.map((s) => ({
         ...s,
         nHeading: norm(s.heading),
-        nText: norm(s.text),
+        nText: norm(s.text) + " " + norm(s.code || ""),
         nTerms: (s.terms || "").split(" · ").map(norm),
       })),
     }));

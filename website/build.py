@@ -701,8 +701,8 @@ def dead_links(out: Path) -> list[str]:
 
 def page_weights(out: Path) -> dict[str, int]:
     """What each page of the site makes a browser load, in bytes: the page, its style sheets,
-    scripts and pictures, and, where it has formulas, MathJax's components (the web fonts
-    MathJax picks on the page are not counted here; the browser tests weigh them)."""
+    scripts and pictures, and, where MathJax typesets in the browser, its components (web fonts
+    named by the style sheets are not counted here; the browser tests weigh whole pages)."""
     weights = {}
     for page in sorted(out.rglob("*.html")):
         if "_static" in page.parts:
@@ -710,10 +710,13 @@ def page_weights(out: Path) -> dict[str, int]:
         text = page.read_text(encoding="utf-8")
         text = re.sub(r'<script type="application/json".*?</script>', "", text, flags=re.S)
         files = {page}
-        for m in REF.finditer(text):
-            url = m.group(1) or m.group(2)
-            if m.group(1) and not re.search(r'rel="(?:stylesheet|preload|icon)"', m.group(0)):
+        for tag in re.finditer(r"<(link|img|script)\b[^>]*>", text):
+            if tag.group(1) == "link" and not re.search(
+                r'rel="(?:stylesheet|preload|icon)"', tag.group(0)
+            ):
                 continue
+            m = re.search(r'\b(?:href|src)="([^"]*)"', tag.group(0))
+            url = m.group(1) if m else ""
             if url and _local(url):
                 f = (page.parent / unquote(url.split("#")[0].split("?")[0])).resolve()
                 if f.is_file():

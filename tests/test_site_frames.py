@@ -86,10 +86,11 @@ def test_shares_split_a_sliders_keys_by_their_last_index():
     assert sorted(k for s in shares for k in keys if k in s) == keys
 
 
-def test_errata_links_become_plain_names_on_the_site():
-    """ERRATA.md is not a page of the site: a notebook's link to it keeps its words, loses its
-    target (which would be a dead link there); links between notebooks are kept."""
-    from website.build import prepare
+def test_errata_links_go_to_the_errata_page_on_the_site():
+    """ERRATA is a page of the site: a notebook's link to an entry goes to that entry there (found
+    by its number); a link out of the repository keeps its words only; links between notebooks
+    are kept."""
+    from website.build import Links, prepare
 
     nb = {
         "metadata": {},
@@ -99,7 +100,8 @@ def test_errata_links_become_plain_names_on_the_site():
                 "and [notebook 04](04_multi_head.ipynb)"]},
         ],
     }  # fmt: skip
-    cell = prepare(nb, "00_x.ipynb", "en", {})["cells"][0]
+    links = Links("en", {"en": {"04_multi_head": {}}, "zh": {}})
+    cell = prepare(nb, "00_x.ipynb", "en", links)["cells"][0]
     text = "".join(cell["source"])
-    assert "ERRATA.md" not in text and "see ERRATA 22, ERRATA 2 and" in text
+    assert re.search(r"see \[ERRATA 22\]\(errata\.md#22-[\w-]+\), ERRATA 2 and", text), text
     assert "[notebook 04](04_multi_head.ipynb)" in text

@@ -61,11 +61,12 @@ nbval-native: install
 
 # JupyterLab in headless Chromium: run notebook 08 and the slider's cells of 04 and move their
 # sliders, type a wrong and then a correct exercise body into notebook 03, check the page; and the
-# website in both editions. Two workers, one test file each at a time.
+# website in both editions. Two workers, one test file each at a time (the website's two files together,
+# sharing one build: tests/browser/conftest.py).
 # Screenshots (and, on failure, the console and server logs) go to test-artifacts/browser/.
 browser: install
 	bash tests/browser/install_chromium.sh
-	$(ONE_THREAD) $(PY) -m pytest -q -n 2 --dist loadfile tests/browser --durations=0
+	$(ONE_THREAD) $(PY) -m pytest -q -n 2 --dist loadgroup tests/browser --durations=0
 
 test: lint unit nbval nbval-native browser
 

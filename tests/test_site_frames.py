@@ -82,10 +82,11 @@ def test_two_ranges_each_have_their_labels_and_readout():
     assert len(json.loads(data)) == 12 and json.loads(data)["1-3"]["text"] == "1 3"
 
 
-def test_errata_links_become_plain_names_on_the_site():
-    """ERRATA.md is not a page of the site: a notebook's link to it keeps its words, loses its
-    target (which would be a dead link there); links between notebooks are kept."""
-    from website.build import prepare
+def test_errata_links_go_to_the_errata_page_on_the_site():
+    """ERRATA is a page of the site: a notebook's link to an entry goes to that entry there (found
+    by its number); a link out of the repository keeps its words only; links between notebooks
+    are kept."""
+    from website.build import Links, prepare
 
     nb = {
         "metadata": {},
@@ -95,9 +96,10 @@ def test_errata_links_become_plain_names_on_the_site():
                 "and [notebook 04](04_multi_head.ipynb)"]},
         ],
     }  # fmt: skip
-    cell = prepare(nb, "00_x.ipynb", "en", {})["cells"][0]
+    links = Links("en", {"en": {"04_multi_head": {}}, "zh": {}})
+    cell = prepare(nb, "00_x.ipynb", "en", links)["cells"][0]
     text = "".join(cell["source"])
-    assert "ERRATA.md" not in text and "see ERRATA 22, ERRATA 2 and" in text
+    assert re.search(r"see \[ERRATA 22\]\(errata\.md#22-[\w-]+\), ERRATA 2 and", text), text
     assert "[notebook 04](04_multi_head.ipynb)" in text
 
 

@@ -2,7 +2,8 @@
 
 The edition comes from the environment: COURSE_EDITION is "en" or "zh". Notebooks are rendered
 by myst-nb as stored, never executed; the theme is sphinx-book-theme; formulas are typeset by a
-MathJax 3 copied into the site (its SVG output, which needs no web fonts).
+MathJax 3 copied into the site (TeX in, CommonHTML out, its web fonts beside it). Sphinx still
+writes its own search index; website/build.py replaces its search with the course's.
 """
 
 from __future__ import annotations
@@ -42,8 +43,13 @@ exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 html_theme = "sphinx_book_theme"
 html_title = project
 html_static_path = [str(HERE / "static")]
-html_css_files = ["course.css"]
-html_js_files = [("course-sliders.js", {"defer": "defer"})]  # the sliders' frames
+# course-icons.css is written by website/build.py after Sphinx (the icons the pages use)
+html_css_files = ["course.css", "course-icons.css"]
+html_js_files = [
+    ("course-sliders.js", {"defer": "defer"}),  # the sliders' frames
+    ("course-menus.js", {"defer": "defer"}),  # the menu buttons, on a phone too
+]
+html_favicon = str(HERE / "static" / "favicon.svg")
 html_templates_path = []
 templates_path = [str(HERE / "templates")]
 html_sourcelink_suffix = ""  # the download is the notebook itself, NN_topic.ipynb
@@ -63,9 +69,14 @@ html_theme_options = {
     "article_header_end": ["course-language.html", "article-header-buttons.html"],
     "show_prev_next": True,
 }
-# A MathJax 3 of the site's own: mathjax/ is copied into _static/ by website/build.py.
-mathjax_path = "mathjax/tex-svg-full.js"
-mathjax3_config = {"svg": {"fontCache": "global"}}
+# A MathJax 3 of the site's own, as components (website/build.py copies them into _static/mathjax/):
+# TeX in, CommonHTML out with MathJax's own web fonts; no menu, no speech. Sphinx puts it on the
+# pages with a formula only.
+mathjax_path = "mathjax/startup.js"
+mathjax3_config = {
+    "loader": {"load": ["input/tex", "output/chtml"]},
+    "options": {"enableMenu": False},
+}
 
 
 def setup(app):

@@ -310,3 +310,15 @@ def pytest_runtest_makereport(item, call):
             lines.append(f"server log: {folder / 'jupyterlab.log'}")
         report.sections.append(("browser artefacts", "\n".join(lines)))
     return report
+
+
+# The website's two test files share one build (the `site` fixture, ~1 minute): under
+# `make browser` (`-n 2 --dist loadgroup`) they run on one worker; every other file keeps to one
+# worker of its own, as `--dist loadfile` would have it (one JupyterLab per file at most).
+SITE_FILES = ("test_site.py", "test_live_model.py")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("site" if name in SITE_FILES else name))

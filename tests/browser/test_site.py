@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import re
 from urllib.parse import urlparse
 
 import pytest
@@ -30,6 +31,7 @@ from gptlib.language import set_language
 from website import frames
 from website.build import (
     EDITIONS,
+    PAGES,
     WIDGET_STATE,
     WIDGET_VIEW,
     _widget_outputs,
@@ -49,7 +51,7 @@ def _tab(browser, width: int, height: int):
 
     def only_here(route):
         url = urlparse(route.request.url)
-        if url.hostname == "127.0.0.1" or url.scheme in ("data", "blob"):
+        if url.hostname == "127.0.0.1" or url.scheme in ("data", "blob", "file"):
             route.continue_()
         else:
             tab.problems.append(f"request off the machine: {route.request.url}")
@@ -66,6 +68,11 @@ def _tab(browser, width: int, height: int):
         lambda m: m.type == "error" and tab.problems.append(f"console: {m.text} {m.location}"),
     )
     tab.on("pageerror", lambda e: tab.problems.append(f"page error: {e}"))
+    tab.loaded = []  # (url, bytes) of every request that finished
+    tab.on(
+        "requestfinished",
+        lambda r: tab.loaded.append((r.url, r.sizes()["responseBodySize"])),
+    )
     return context, tab
 
 
@@ -94,11 +101,8 @@ def _open(tab, url: str) -> dict:
     tab.goto(url, wait_until="load")
     return tab.evaluate(
         """async () => {
-        let formulas = 0;
-        if (window.MathJax && MathJax.startup) {
-            await MathJax.startup.promise;
-            formulas = document.querySelectorAll('mjx-container').length;
-        }
+        if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
+        const formulas = document.querySelectorAll('mjx-container').length;
         const imgs = [...document.images];
         await Promise.all(imgs.map(i => i.decode().catch(() => null)));
         const prose = [...document.querySelectorAll('article .cell.tag_markdown, article p, article li')]
@@ -149,9 +153,15 @@ def test_every_page_of_both_editions(site, desktop):
             if stem.startswith("03_"):
                 assert seen["formulas"] >= 10, (where, seen["formulas"])
                 _shot(desktop, f"desktop-{lang}-{stem}")
-        seen = _open(desktop, f"{site['url']}/{lang}/index.html")
-        assert seen["lang"] == LANGS[lang]
-        assert not desktop.problems, (lang, desktop.problems)
+        for page in ["index.html", "glossary.html", "errata.html", "genindex.html"]:
+            seen = _open(desktop, f"{site['url']}/{lang}/{page}")
+            assert seen["lang"] == LANGS[lang], page
+            assert not desktop.problems, (lang, page, desktop.problems)
+        desktop.goto(f"{site['url']}/{lang}/search.html?q=softmax")
+        desktop.wait_for_selector("#search-results ul.search li a")
+        assert not desktop.problems, (lang, "search", desktop.problems)
+    desktop.goto(f"{site['url']}/index.html")
+    assert not desktop.problems, ("index", desktop.problems)
 
 
 def test_the_index_offers_both_languages_and_every_chapter(site, desktop):
@@ -360,8 +370,170 @@ def test_each_slider_moves_and_shows_what_its_widget_draws(
 
 
 def test_the_site_is_whole(site):
-    """Every chapter in both languages, and each edition's index."""
-    assert site["pages"] == 2 * len(STEMS) + 2, site
+    """Every chapter in both languages, the glossary and the errata, and each edition's index."""
+    assert site["pages"] == 2 * (len(STEMS) + len(PAGES)) + 2, site
+
+
+# ---------------------------------------------------------------------------------------------
+# A phone: both menus open and lead somewhere.
+
+
+@pytest.mark.parametrize("lang", list(EDITIONS))
+def test_both_menus_open_and_navigate_on_a_phone(site, phone, lang):
+    """At 390 x 844: the chapter list opens from its button and one of its links opens that
+    chapter; the page's contents open from theirs and a heading's link closes them and brings
+    the heading into view."""
+    first, second = STEMS[3], STEMS[4]
+    _open(phone, f"{site['url']}/{lang}/{first}.html")
+    phone.locator(".bd-header-article .primary-toggle").click()
+    chapters = phone.locator("dialog#pst-primary-sidebar-modal")
+    chapters.wait_for(state="visible")
+    _shot(phone, f"phone-menu-{lang}-chapters")
+    chapters.locator(f'a[href="{second}.html"]').click()
+    phone.wait_for_url(f"**/{lang}/{second}.html")
+    contents = phone.locator("dialog#pst-secondary-sidebar-modal")
+    assert not contents.is_visible()
+    phone.locator(".bd-header-article .secondary-toggle").click()
+    contents.wait_for(state="visible")
+    _shot(phone, f"phone-menu-{lang}-contents")
+    link = contents.locator("a.nav-link[href^='#']").nth(2)
+    anchor = link.get_attribute("href")
+    link.click()
+    contents.wait_for(state="hidden")
+    phone.wait_for_function(f"() => location.hash === {json.dumps(anchor)}")
+    # the theme scrolls smoothly: the heading comes onto the screen, and stays
+    phone.wait_for_function(
+        "id => { const top = document.getElementById(id).getBoundingClientRect().top;"
+        " return top >= 0 && top < 844 - 60; }",
+        arg=anchor[1:],
+    )
+    phone.wait_for_timeout(300)
+    top = phone.evaluate(
+        "id => document.getElementById(id).getBoundingClientRect().top", anchor[1:]
+    )
+    assert 0 <= top < 844 - 60, f"{anchor} is at {top} px: off the phone's screen"
+    assert not phone.problems, phone.problems
+
+
+# ---------------------------------------------------------------------------------------------
+# ERRATA and GLOSSARY on the site, and the site's weight.
+
+
+@pytest.mark.parametrize("lang", list(EDITIONS))
+def test_every_errata_mention_links_its_entry(site, lang):
+    """No "ERRATA N" on a chapter page outside a link to its entry on the errata page, and the
+    glossary's rows link the chapters that teach them."""
+    folder = site["out"] / lang
+    errata = (folder / "errata.html").read_text(encoding="utf-8")
+    linked = 0
+    for stem in STEMS:
+        text = (folder / f"{stem}.html").read_text(encoding="utf-8")
+        text = re.sub(r'<script type="application/json".*?</script>', "", text, flags=re.S)
+        for href, n in re.findall(
+            r'<a [^>]*href="errata\.html#([^"]+)"[^>]*>(?:<[^>]+>)*ERRATA (\d+)<', text
+        ):
+            entry = re.search(
+                rf'<section id="{re.escape(href)}">\s*(?:<span [^>]*></span>)?<h3>(\d+)\.', errata
+            )
+            assert entry and entry.group(1) == n, (stem, n, href)  # entry n's own heading
+            linked += 1
+        bare = re.sub(r"<a [^>]*>.*?</a>", "", text, flags=re.S)
+        bare = re.sub(r"<[^>]+>", "", bare)
+        assert not re.search(r"ERRATA \d", bare), (stem, re.findall(r".{40}ERRATA \d+", bare))
+    assert linked >= 50, linked
+    glossary = (folder / "glossary.html").read_text(encoding="utf-8")
+    taught = set(re.findall(r'href="(\d\d_\w+)\.html#', glossary))
+    assert taught == set(STEMS), sorted(set(STEMS) - taught)
+
+
+def test_no_page_is_heavy_and_the_site_is_small(site, browser):
+    """The three heaviest pages as the build weighs them, loaded in a fresh tab (nothing cached),
+    fetch at most 1.5 MB, formulas' fonts included; the whole site stays under 39 MB."""
+    heaviest = sorted(site["weights"], key=site["weights"].get)[-3:]
+    for page in heaviest:
+        context, tab = _tab(browser, 1280, 900)
+        try:
+            _open(tab, f"{site['url']}/{page}")
+            tab.wait_for_load_state("networkidle")
+            fetched = sum(size for _, size in tab.loaded)
+            assert fetched <= 1.5e6, (page, fetched, sorted(tab.loaded, key=lambda x: -x[1])[:5])
+            assert not tab.problems, tab.problems
+        finally:
+            context.close()
+    assert site["bytes"] < 39e6, site["bytes"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Search: what a page teaches comes first.
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
+
+
+def glossary_terms() -> list[tuple[str, str, set[str]]]:
+    """(edition, term, the chapters that teach it) for every term of GLOSSARY.md's term tables:
+    the English term, and each Chinese word of the 中文 column (not "原文用英文" notes or the
+    English words it keeps)."""
+    text = (ROOT / "GLOSSARY.md").read_text(encoding="utf-8").split("## Core questions")[0]
+    found = []
+    for row in text.splitlines():
+        if not row.startswith("| ") or row.startswith("| English") or row.startswith("| ---"):
+            continue
+        cells = _cells(row)
+        taught = set(re.findall(r"notebooks/(?:zh/)?(\d\d_\w+)\.ipynb", row))
+        english = re.sub(r"[`*]", "", cells[0]).strip()
+        found.append(("en", english, taught))
+        chinese = cells[1]
+        while re.search(r"\([^()]*\)|（[^（）]*）", chinese):  # notes, nested ones too
+            chinese = re.sub(r"\([^()]*\)|（[^（）]*）", "", chinese)
+        for word in re.split(r"\s*[/;；]\s*", chinese):
+            word = re.sub(r"[`*]|^第 \d 章[:：]\s*", "", word).strip()
+            if re.search(r"[\u4e00-\u9fff]", word):
+                found.append(("zh", word, taught))
+    return found
+
+
+def test_search_puts_the_teaching_chapter_first(site, desktop):
+    """Each glossary term (160 English, the Chinese words of its 中文 column) and each chapter's
+    title in both editions: the first result is the chapter that teaches it."""
+    queries = {lang: [] for lang in EDITIONS}
+    for lang, term, taught in glossary_terms():
+        queries[lang].append((term, sorted(taught)))
+    for stem, c in site["chapters"].items():
+        for lang, t in c["titles"].items():
+            queries[lang].append((t, [stem]))
+            queries[lang].append((re.split(r" \(|：", t)[0], [stem]))
+    missed = {}
+    for lang, asked in queries.items():
+        desktop.goto(f"{site['url']}/{lang}/search.html")
+        tops = desktop.evaluate(
+            "qs => qs.map(q => (window.courseSearch.search(q)[0] || '').replace('.html', ''))",
+            [q for q, _ in asked],
+        )
+        missed[lang] = [
+            (q, want, top) for (q, want), top in zip(asked, tops, strict=True) if top not in want
+        ]
+        print(f"{lang}: {len(asked) - len(missed[lang])} of {len(asked)} queries first")
+    assert missed == {"en": [], "zh": []}, missed
+    assert not desktop.problems, desktop.problems
+
+
+def test_search_from_disk_shows_results_with_excerpts(site, browser):
+    """Opened from file://, the search page still finds the causal mask's chapter and shows an
+    excerpt from the chapter's text (no menu text), with no console error."""
+    context, tab = _tab(browser, 1280, 900)
+    try:
+        tab.goto((site["out"] / "zh" / "search.html").as_uri() + "?q=因果掩码")
+        tab.wait_for_selector("#search-results ul.search li p.context")
+        first = tab.locator("#search-results ul.search li").first
+        assert first.locator("a").get_attribute("href").startswith("03_scaled_attention.html")
+        assert "因果掩码" in first.inner_text()  # in the section's heading or its excerpt
+        excerpt = first.locator("p.context").inner_text()
+        assert len(excerpt) > 40 and "Ctrl" not in excerpt and "章节" not in excerpt, excerpt
+        assert not [p for p in tab.problems if "off the machine" not in p], tab.problems
+    finally:
+        context.close()
 
 
 def test_the_slider_frames_stay_small(site):
@@ -373,3 +545,49 @@ def test_the_slider_frames_stay_small(site):
     assert site["frame_bytes"] < 4 * 2**20, site
     live = sum(p.stat().st_size for p in (site["out"] / "live").iterdir())
     assert live < 300_000, live
+
+
+# ---------------------------------------------------------------------------------------------
+# Accessibility: axe-core over each kind of page, in light and dark mode.
+
+AXE_PAGES = {  # each kind of page once in each mode, the editions taking turns
+    "light": [
+        "index.html",
+        "en/03_scaled_attention.html",
+        "zh/glossary.html",
+        "zh/search.html?q=注意力",
+    ],
+    "dark": ["zh/index.html", "zh/08_logits.html", "en/errata.html", "en/search.html?q=attention"],
+}
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_no_serious_accessibility_violation(site, browser, scheme):
+    """axe-core (the pinned axe-playwright-python's) finds no serious or critical violation,
+    contrast included, on an index, a chapter, the glossary or the errata and a search with
+    results, in the reader's light or dark mode."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    axe = Axe()
+    context = browser.new_context(  # no motion: the theme's colour transitions end at once
+        viewport={"width": 1280, "height": 900}, color_scheme=scheme, reduced_motion="reduce"
+    )
+    tab = context.new_page()
+    found = {}
+    try:
+        for page in AXE_PAGES[scheme]:
+            tab.goto(f"{site['url']}/{page}", wait_until="load")
+            if "search.html" in page:
+                tab.wait_for_selector("#search-results ul.search li")
+            tab.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+            violations = axe.run(tab).response["violations"]
+            found[page] = [
+                (v["id"], v["impact"], [n["target"] for n in v["nodes"][:3]])
+                for v in violations
+                if v["impact"] in ("serious", "critical")
+            ]
+            print(scheme, page, "violations:", [(v["id"], v["impact"]) for v in violations])
+        _shot(tab, f"axe-{scheme}-last")
+    finally:
+        context.close()
+    assert not any(found.values()), found

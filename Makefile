@@ -110,11 +110,16 @@ figures: install
 SLIDER_SHOT := test-artifacts/browser/test_logits_chapter_runs_and_temperature_slider_drives_samples/slider.png
 # And three of the Chinese edition: a check naming a slip, a hint, the Tang model's attention map.
 ZH_SHOTS := test-artifacts/browser/test_chinese_check_hint_and_tang_map
+# And the live model on the website: page 04 on a desktop, the Chinese page 08 on a phone.
+LIVE_SHOTS := test-artifacts/browser/live-model
 screenshots: install
 	bash tests/browser/install_chromium.sh
 	$(ONE_THREAD) $(PY) -m pytest -q tests/browser/test_logits_chapter.py tests/browser/screenshots_zh.py
 	cp $(SLIDER_SHOT) assets/figures/slider.png
 	cp $(ZH_SHOTS)/zh-check.png $(ZH_SHOTS)/zh-hint.png $(ZH_SHOTS)/zh-tang.png assets/figures/
+	$(ONE_THREAD) $(PY) -m pytest -q tests/browser/test_live_model.py
+	cp $(LIVE_SHOTS)/desktop-en-04.png assets/figures/live-model.png
+	cp $(LIVE_SHOTS)/phone-zh-08.png assets/figures/zh-live-model-phone.png
 
 benchmark: install
 	$(PY) benchmarks/train_throughput.py

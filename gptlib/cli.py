@@ -360,7 +360,7 @@ def _device_help() -> str:
 
 
 def _train_run_arguments(t: argparse.ArgumentParser) -> None:
-    """train: where it runs, how fast, where it saves, what it prints."""
+    """train: where it runs, how fast, where it saves, what it prints (_train_save_arguments)."""
     t.add_argument("--device", default=None, help=_device_help())
     t.add_argument(
         "--resume",
@@ -383,6 +383,19 @@ def _train_run_arguments(t: argparse.ArgumentParser) -> None:
                "to set the pace (GPT-2 small) and the run is long enough to earn the compile "
                "time back; a short run of a small preset gets slower (default: off)"),
     )  # fmt: skip
+    _train_save_arguments(t)
+    t.add_argument(
+        "--max-step-seconds",
+        type=_positive_float,
+        default=MAX_STEP_SECONDS,
+        help=_("refuse, before any work, a run whose one step is expected to take longer than "
+               "this, estimated from its size and a rate measured on the device (default: "
+               "{seconds:g})").format(seconds=MAX_STEP_SECONDS),
+    )  # fmt: skip
+
+
+def _train_save_arguments(t: argparse.ArgumentParser) -> None:
+    """train: where it saves and what it prints."""
     t.add_argument(
         "--out",
         default=None,
@@ -412,14 +425,6 @@ def _train_run_arguments(t: argparse.ArgumentParser) -> None:
         action="store_true",
         help=_("no progress bar (default: a progress bar)"),
     )
-    t.add_argument(
-        "--max-step-seconds",
-        type=_positive_float,
-        default=MAX_STEP_SECONDS,
-        help=_("refuse, before any work, a run whose one step is expected to take longer than "
-               "this, estimated from its size and a rate measured on the device (default: "
-               "{seconds:g})").format(seconds=MAX_STEP_SECONDS),
-    )  # fmt: skip
 
 
 def _sample_parser(sub) -> None:

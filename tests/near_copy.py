@@ -12,6 +12,12 @@ in it, in order, in runs of at least `RUN` tokens, each token weighed by how rar
 stored cells (`(` and `ID` weigh almost nothing, `.masked_fill` much more): 1.0 is the answer
 itself, under another spelling; a formula written once for another case (2-D `Q @ K.T`, say)
 shares a few short runs and scores lower. `tests/test_near_copy.py` fails at `LIMIT` or above.
+
+A learner does not write the reference's words: the answer is often shorter (no intermediate
+names, one line where the reference has two), and a cell that holds most of that shorter answer
+gives it away just the same. `LEARNER_FORMS` holds such shorter answers, each one a version that
+passes its check (tests/test_near_copy.py runs them), and a cell's score for an exercise is its
+highest over the reference and these forms.
 """
 
 from __future__ import annotations
@@ -33,6 +39,59 @@ RUN = 5  # the shortest run of tokens in order that counts as copied
 LIMIT = 0.5  # a cell holding half the answer, in order, is a near-copy
 SHORT = 40  # an answer shorter than this is compared with its names as written
 MODULES = {"torch", "F", "nn", "math", "np"}
+
+# Shorter answers as learners write them, by check name: a function named as the exercise asks,
+# whose body is what is scored (always with names normalised: the learner's names are anyone's).
+LEARNER_FORMS: dict[str, list[str]] = {
+    "check_qkv_split": [
+        """
+def qkv_split(x, w_qkv):
+    q, k, v = (x @ w_qkv.T).split(x.size(-1), dim=-1)
+    return q, k, v
+""",
+    ],
+    "check_merge_heads": [
+        """
+def merge_heads(y):
+    B, h, n, d_h = y.shape
+    return y.transpose(1, 2).contiguous().view(B, n, h * d_h)
+""",
+    ],
+    "check_train_loop": [
+        """
+def train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+    g = torch.Generator().manual_seed(seed)
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
+        x, y = sample_batch(tokens, batch_size, model.cfg.block_size, g)
+        _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+""",
+    ],
+    "check_sample_step": [
+        """
+def sample_step(model, idx, temperature, top_k, top_p, generator):
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits, _ = model(idx[:, -model.cfg.block_size :])
+    model.train(was_training)
+    logits = logits[:, -1, :]
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    probs = filter_logits(logits / temperature, top_k, top_p).softmax(dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
+""",
+    ],
+}
 
 
 def normalised(source: str, names: bool = False) -> list[str]:
@@ -89,6 +148,11 @@ def _bodies(source: str) -> str:
                 body = body[1:]  # the docstring
             parts += [ast.unparse(s) for s in body if not isinstance(s, ast.FunctionDef)]
     return "\n".join(parts)
+
+
+def form_tokens(form: str) -> list[str]:
+    """A learner's form (a `def`), its body as normalised tokens."""
+    return normalised(_bodies(form))
 
 
 def reference_tokens(check, names: bool = False) -> list[str]:
@@ -166,6 +230,15 @@ def closest(notebooks: set[str] | None = None, top: int = 3):
             ref = reference_tokens(check, names)
             cells, weight = kinds[names]
             seen: dict[tuple[str, ...], float] = {}  # the zh edition's code cells are the English
+            for nb, i, toks in cells:
+                key = tuple(toks)
+                if key not in seen:
+                    seen[key] = score(ref, toks, weight)
+                best[nb, i] = max(best.get((nb, i), 0.0), seen[key])
+        cells, weight = kinds[False]
+        for form in LEARNER_FORMS.get(e.check, []):
+            ref = form_tokens(form)
+            seen = {}
             for nb, i, toks in cells:
                 key = tuple(toks)
                 if key not in seen:

@@ -2,6 +2,8 @@
 
     python tests/near_copy.py          every exercise, its closest stored code cells
     python tests/near_copy.py 03 07    the exercises of notebooks 03 and 07
+    python tests/near_copy.py --root DIR 02    the notebooks of another checkout (an older commit's
+                                       `git archive`), scored with this file's forms
 
 For every exercise, the reference solution's bodies (what `show_solution` prints, without the
 `def` lines, docstrings and comments) are read as Python tokens, names normalised: a variable is
@@ -14,7 +16,8 @@ itself, under another spelling; a formula written once for another case (2-D `Q 
 shares a few short runs and scores lower. `tests/test_near_copy.py` fails at `LIMIT` or above.
 
 A learner does not write the reference's words: the answer is often shorter (no intermediate
-names, one line where the reference has two), and a cell that holds most of that shorter answer
+names, one line where the reference has two) or spelled another way (`.contiguous().view` for
+`.reshape`), and a cell that holds most of that shorter answer
 gives it away just the same. `LEARNER_FORMS` holds such shorter answers, each one a version that
 passes its check (tests/test_near_copy.py runs them), and a cell's score for an exercise is its
 highest over the reference and these forms.
@@ -165,6 +168,18 @@ def reference_tokens(check, names: bool = False) -> list[str]:
     return normalised(_bodies(printed.getvalue()), names)
 
 
+def answer_forms(check) -> list[tuple[bool, list[str]]]:
+    """Every form of `check`'s answer that a cell is scored against, as (names as written?,
+    tokens): the reference both ways (as written only when it is shorter than SHORT), then each
+    learner's form with names normalised."""
+    n = len(reference_tokens(check))
+    forms = [
+        (names, reference_tokens(check, names))
+        for names in ((False, True) if n >= SHORT else (True,))
+    ]
+    return forms + [(False, form_tokens(form)) for form in LEARNER_FORMS.get(check.__name__, [])]
+
+
 def weights(cells: list[list[str]]) -> dict[str, float]:
     """How telling each token is: log(number of cells / cells holding it). `(`, `ID` and `=`
     are in nearly every cell and weigh almost nothing; `.masked_fill` or `triu` weigh much more."""
@@ -206,12 +221,26 @@ def stored_cells(names: bool = False) -> list[tuple[str, int, list[str]]]:
     return cells
 
 
+def stored_weights() -> dict[bool, dict[str, float]]:
+    """The token weights of the stored cells, with names normalised (False) and as written."""
+    return {names: weights([toks for _, _, toks in stored_cells(names)]) for names in (False, True)}
+
+
+def score_source(check, source: str, weight: dict[bool, dict[str, float]]) -> float:
+    """The score one piece of code would get as a stored cell: its highest over every form of
+    `check`'s answer, tokens weighed as among the stored cells (`stored_weights()`)."""
+    return max(
+        score(ref, normalised(source, names), weight[names]) for names, ref in answer_forms(check)
+    )
+
+
 def closest(notebooks: set[str] | None = None, top: int = 3):
     """{check name: (tokens, [(score, notebook, cell), ...] best first)} for every exercise.
 
     An answer of fewer than SHORT tokens (two lines, say) is compared with its names as
     written: under normalised names `x @ w_fc.T` would be every `a @ b.T` of the course. A longer
-    one is scored both ways, and the higher score counts."""
+    one is scored both ways, and each learner's form (LEARNER_FORMS) with names normalised; the
+    highest score counts."""
     import gptlib.exercises as ex
     from gptlib.exercises.progress import EXERCISES
 
@@ -225,9 +254,7 @@ def closest(notebooks: set[str] | None = None, top: int = 3):
             continue
         check = getattr(ex, e.check)
         best: dict[tuple[str, int], float] = {}
-        n = len(reference_tokens(check))
-        for names in (False, True) if n >= SHORT else (True,):
-            ref = reference_tokens(check, names)
+        for names, ref in answer_forms(check):
             cells, weight = kinds[names]
             seen: dict[tuple[str, ...], float] = {}  # the zh edition's code cells are the English
             for nb, i, toks in cells:
@@ -235,21 +262,19 @@ def closest(notebooks: set[str] | None = None, top: int = 3):
                 if key not in seen:
                     seen[key] = score(ref, toks, weight)
                 best[nb, i] = max(best.get((nb, i), 0.0), seen[key])
-        cells, weight = kinds[False]
-        for form in LEARNER_FORMS.get(e.check, []):
-            ref = form_tokens(form)
-            seen = {}
-            for nb, i, toks in cells:
-                key = tuple(toks)
-                if key not in seen:
-                    seen[key] = score(ref, toks, weight)
-                best[nb, i] = max(best.get((nb, i), 0.0), seen[key])
+        n = len(reference_tokens(check))
         scored = sorted(((s, nb, i) for (nb, i), s in best.items()), reverse=True)
         found[e.check] = (n, scored[:top])
     return found
 
 
 def main(argv: list[str]) -> int:
+    global ROOT
+    if argv[:1] == ["--root"]:
+        if len(argv) < 2 or not (Path(argv[1]) / "notebooks").is_dir():
+            print(f"--root needs a folder that holds notebooks/, got {argv[1:2]}", file=sys.stderr)
+            return 2
+        ROOT, argv = Path(argv[1]).resolve(), argv[2:]
     for check, (n, best) in closest(set(argv) or None).items():
         shown = ", ".join(f"{s:.2f} {nb} cell {i}" for s, nb, i in best)
         print(f"{check} ({n} tokens): {shown}")

@@ -15,6 +15,7 @@ import time
 
 import pytest
 import torch
+from processes import wait_for_line
 
 import gptlib.checkpoint
 import gptlib.cli
@@ -44,18 +45,6 @@ def _cli(*args, code=None, **env):
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def _wait_for_line(proc, pattern, timeout=120):
-    lines, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if re.search(pattern, line):
-            return lines
-    raise AssertionError(f"no line matching {pattern!r} in {lines}")
 
 
 def _refused(argv, capsys, pattern):
@@ -126,7 +115,7 @@ def test_a_disk_that_fills_during_the_run_keeps_the_run_and_the_old_checkpoint(
     spare.mkdir()
     proc = _cli("train", "--resume", str(out), *LONG, TMPDIR=str(spare))
     try:
-        _wait_for_line(proc, r"^training: ")
+        wait_for_line(proc, r"^training: ")
         _fill(small_disk)  # the disk is full before the save
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
@@ -281,7 +270,7 @@ def test_sigquit_keeps_the_run(tmp_path):
     out = tmp_path / "m.pt"
     proc = _cli("train", *LONG, "--out", str(out))
     try:
-        _wait_for_line(proc, r"^training: ")
+        wait_for_line(proc, r"^training: ")
         time.sleep(0.3)
         proc.send_signal(signal.SIGQUIT)
         stdout, stderr = proc.communicate(timeout=120)
@@ -317,7 +306,7 @@ def test_a_second_ctrl_c_ends_a_step_that_never_ends(tmp_path, capsys):
     before = out.read_bytes()
     proc = _cli("train", "--resume", str(out), "--steps", "100", "--no-progress", code=STUCK)
     try:
-        _wait_for_line(proc, r"^stuck")
+        wait_for_line(proc, r"^stuck")
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)
         began = time.monotonic()

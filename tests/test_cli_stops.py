@@ -13,6 +13,7 @@ import time
 
 import pytest
 import torch
+from processes import wait_for_line
 
 import gptlib.cli
 import gptlib.run
@@ -153,18 +154,6 @@ def _cli(*args, cwd=ROOT):
     )
 
 
-def _wait_for_line(proc, pattern, timeout=120):
-    lines, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if re.search(pattern, line):
-            return lines
-    raise AssertionError(f"no line matching {pattern!r} in {lines}")
-
-
 LONG = [*QUICK, "--steps", "100000", "--eval-every", "100000", "--samples", "0"]
 
 
@@ -173,7 +162,7 @@ def test_a_real_process_stopped_by_sigterm_or_sighup_keeps_its_run(tmp_path, sig
     out = tmp_path / "dir with space" / "run.pt"
     proc = _cli("train", *LONG, "--out", str(out))
     try:
-        _wait_for_line(proc, r"^training: ")
+        wait_for_line(proc, r"^training: ")
         time.sleep(0.3)
         proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=120)
@@ -220,7 +209,7 @@ def test_after_a_kill_9_the_next_run_takes_over_and_cleans_up(tmp_path, capsys):
     out = tmp_path / "m.pt"
     proc = _cli("train", *LONG, "--out", str(out))
     try:
-        _wait_for_line(proc, r"^training: ")
+        wait_for_line(proc, r"^training: ")
         proc.kill()  # SIGKILL: nothing can be done, the lock file stays
         proc.communicate(timeout=60)
     finally:

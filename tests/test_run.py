@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from processes import wait_for_line
 
 import gptlib.cli
 import gptlib.run
@@ -169,24 +170,11 @@ def _cli(*args, **kw):
     )
 
 
-def _wait_for_line(proc, pattern, timeout=60):
-    """Read the process's stdout until a line matches; return the lines read."""
-    lines, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if re.search(pattern, line):
-            return lines
-    raise AssertionError(f"no line matching {pattern!r} in {lines}")
-
-
 def test_two_processes_writing_the_same_out(tmp_path):
     out = str(tmp_path / "shared.pt")
     first = _cli("train", *QUICK, "--steps", "400", "--samples", "0", "--out", out)
     try:
-        _wait_for_line(first, r"^preset ")  # it holds the claim and is training
+        wait_for_line(first, r"^preset ")  # it holds the claim and is training
         second = _cli("train", *QUICK, "--steps", "2", "--samples", "0", "--out", out)
         s_out, s_err = second.communicate(timeout=120)
         f_out, f_err = first.communicate(timeout=300)
@@ -337,7 +325,7 @@ def test_a_real_ctrl_c_in_a_terminal_then_resume(tmp_path):
     part = str(tmp_path / "part.pt")
     proc = _cli("train", *long, "--out", part)
     try:
-        _wait_for_line(proc, r"^training: Ctrl-C")
+        wait_for_line(proc, r"^training: Ctrl-C")
         time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)

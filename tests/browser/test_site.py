@@ -105,6 +105,7 @@ def _open(tab, url: str) -> dict:
         const formulas = document.querySelectorAll('mjx-container').length;
         const imgs = [...document.images];
         await Promise.all(imgs.map(i => i.decode().catch(() => null)));
+        await document.fonts.ready;  // the formulas' web fonts: leaving earlier aborts them
         const prose = [...document.querySelectorAll('article .cell.tag_markdown, article p, article li')]
             .map(e => e.innerText).join('\\n');
         const link = document.querySelector('a.course-language');

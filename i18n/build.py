@@ -22,13 +22,13 @@ Links keep working: a link to a heading of a notebook (``07_mlp.ipynb#1.-d-→-4
 is written in the translation with the English anchor and pointed at the translated heading
 here; a link out of ``notebooks/`` gains one ``../``.
 
-Three documents have an edition too, built the same way one section (a heading and its text) per
+Four documents have an edition too, built the same way one section (a heading and its text) per
 block: ``ERRATA.zh-CN.md`` from ``i18n/zh/ERRATA.md`` (links pointed at the Chinese notebooks, the
 English anchors kept; where the English quotes what a notebook prints, the block writes a marker,
 ``{{out 07 05fb79b5 "524,288"}}``, and the edition quotes that line of the Chinese notebook's
 stored output, see QUOTE), ``README.zh-CN.md`` from ``i18n/zh/README.md`` (its own links) and
 ``GLOSSARY.zh-CN.md`` from ``i18n/zh/GLOSSARY.md`` (every link kept: both already link both
-editions).
+editions); ``MAINTAINING.zh-CN.md`` from ``i18n/zh/MAINTAINING.md``, as the README (its own links).
 
 ``check`` lists what is out of step: a translation whose English cell (or a code cell's English
 comments) has changed since (its hash no longer matches), a markdown cell with no translation,
@@ -68,12 +68,12 @@ LANGUAGE_CALL = {"zh": 'set_language("zh")  # gptlib 的检查与消息用中文
 MARKER = re.compile(r"^<!-- (?:cell|section) (\S+) · en ([0-9a-f]{12}) -->$", re.M)
 # The repository's documents that have an edition in another language: ERRATA.md is written
 # ERRATA.zh-CN.md from i18n/zh/ERRATA.md, one block per section (a heading and what follows it);
-# README.md and GLOSSARY.md alike.
-DOCUMENTS = ("ERRATA.md", "README.md", "GLOSSARY.md")
+# README.md, MAINTAINING.md and GLOSSARY.md alike.
+DOCUMENTS = ("ERRATA.md", "README.md", "GLOSSARY.md", "MAINTAINING.md")
 # A document whose translation is written for its own readers: its own links (the README.zh-CN
 # links both editions), its own comments in its commands; only its headings and its staleness
 # are checked, and its sections keep no English anchors.
-OWN_LINKS = ("README.md",)
+OWN_LINKS = ("README.md", "MAINTAINING.md")
 # A document that already links both editions (GLOSSARY.md: each row its English and its Chinese
 # section): its translation keeps every link as the English has it, and is checked like ERRATA.
 BOTH_EDITIONS = ("GLOSSARY.md",)

@@ -1,6 +1,11 @@
 # The course's two commands: `make lab` opens it, `make test` checks everything.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Two installs: the course (what the notebooks need, `make lab`) and everything (the website and
+# the tests besides, `make test`). The pins are split by purpose; README.md gives each file's size.
+COURSE_REQS := requirements.txt requirements-gpt2.txt
+ALL_REQS := $(COURSE_REQS) requirements-site.txt requirements-test.txt
+COURSE := $(VENV)/.installed-course
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 ZH_NOTEBOOKS := $(sort $(wildcard notebooks/zh/[0-9]*.ipynb))
@@ -15,17 +20,24 @@ ZH_NBVAL_ORDER := $(foreach n,$(SLOWEST),$(wildcard notebooks/zh/$(n)_*.ipynb)) 
 # processes on a 2-core machine run several times slower than two 1-thread ones.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 
-.PHONY: install lab test check lint unit nbval nbval-native browser notebooks zh site assets figures screenshots benchmark clean
+# `make notebook-times ARGS="--threads 1 notebooks/03_scaled_attention.ipynb"` times only those.
+.PHONY: course install lab test check lint unit nbval nbval-native browser notebooks zh site assets figures screenshots benchmark notebook-times clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(COURSE): $(COURSE_REQS) pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements.txt
-	touch $(STAMP)
+	$(PY) -m pip install --quiet $(addprefix -r ,$(COURSE_REQS))
+	touch $(COURSE)
 
+$(STAMP): $(ALL_REQS) pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet $(addprefix -r ,$(ALL_REQS))
+	touch $(COURSE) $(STAMP)
+
+course: $(COURSE)
 install: $(STAMP)
 
 # JupyterLab refuses to run as root unless told; containers often are root.
-lab: install
+lab: course
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 lint: install
@@ -76,7 +88,7 @@ check: lint unit
 # Re-execute every notebook in place, in the pinned environment, one thread, the portable
 # arithmetic, no timing metadata: the English edition, then the Chinese one (built from it, then
 # executed on its own, then built again to keep its outputs in the built form).
-notebooks: install
+notebooks: course
 	yours=$$(mktemp -d); for nb in $(NOTEBOOKS); do \
 		$(ONE_THREAD) $(PORTABLE) GPTLIB_YOURS=$$yours $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 			--NotebookClient.record_timing=False --ExecutePreprocessor.timeout=900 "$$nb" || exit 1; \
@@ -92,18 +104,18 @@ notebooks: install
 # prose is translated; the code is the English code plus the language choice; the outputs of
 # cells whose code did not change are kept). `python -m i18n.build check` names every
 # translation whose English text has changed since, and every cell to execute again.
-zh: install
+zh: course
 	$(PY) -m i18n.build build
 
 # Both editions as a static website in _site/ (no network needed to build or read it).
 site: install
 	$(PY) -m website.build
 
-assets: install
+assets: course
 	PATH=$(VENV)/bin:$$PATH bash assets/regenerate.sh
 
 # The README's pictures, drawn by gptlib (assets/figures.py)
-figures: install
+figures: course
 	$(PY) assets/figures.py
 
 # The README's screenshot of a slider in JupyterLab, taken by the browser test of notebook 08.
@@ -121,7 +133,7 @@ screenshots: install
 	cp $(LIVE_SHOTS)/desktop-en-04.png assets/figures/live-model.png
 	cp $(LIVE_SHOTS)/phone-zh-08.png assets/figures/zh-live-model-phone.png
 
-benchmark: install
+benchmark: course
 	$(PY) benchmarks/train_throughput.py
 	$(PY) benchmarks/train_vs_hf.py
 	$(PY) benchmarks/generate_speed.py
@@ -129,6 +141,11 @@ benchmark: install
 	$(PY) benchmarks/gpt2_vs_hf.py
 	$(PY) benchmarks/norm_speed.py
 	$(PY) benchmarks/attention_speed.py
+
+# Each English notebook's Run All seconds (executed on a copy, as `make notebooks` does, two
+# threads unless ARGS says otherwise) and the total; nothing is asserted.
+notebook-times: course
+	$(PY) benchmarks/notebook_times.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs _site

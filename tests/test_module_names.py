@@ -19,9 +19,9 @@ import gptlib
 import gptlib.exercises
 
 ROOT = Path(__file__).resolve().parent.parent
-READMES = ("README.md", "README.zh-CN.md")
-# Where each README lists the modules: from this heading to the next one.
-MODULE_LIST = {"README.md": "## The library", "README.zh-CN.md": "## 库"}
+READMES = ("README.md", "README.zh-CN.md", "MAINTAINING.md", "MAINTAINING.zh-CN.md")
+# Where the modules are listed (MAINTAINING.md, both editions): from this heading to the next one.
+MODULE_LIST = {"MAINTAINING.md": "## The library", "MAINTAINING.zh-CN.md": "## 库"}
 NOT_IMPORTED = {"__main__"}  # importing it runs the command line
 
 
@@ -72,7 +72,8 @@ def _readme_names(text: str) -> list[str]:
 @pytest.mark.parametrize("readme", READMES)
 def test_every_gptlib_name_in_the_readme_is_what_it_says(readme):
     names = _readme_names(_readme(readme))
-    assert "gptlib.generate" in names  # `help(gptlib.generate)`: the README's own advice
+    if readme.startswith("README"):
+        assert "gptlib.generate" in names  # `help(gptlib.generate)`: the README's own advice
     problems = [p for name in names for p in name_problems(name)]
     assert not problems, "\n".join(problems)
 
@@ -162,7 +163,7 @@ def _imports(module: str) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("readme", READMES)
+@pytest.mark.parametrize("readme", MODULE_LIST)
 def test_the_module_list_names_every_module_in_import_order(readme):
     listed = _listed(readme)
     modules = sorted(info.name for info in pkgutil.iter_modules(gptlib.__path__))
@@ -178,4 +179,24 @@ def test_the_module_list_names_every_module_in_import_order(readme):
 
 def test_the_module_list_check_can_fail(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "_readme", lambda name: "## The library\n`config`\n")
-    assert _listed("README.md") == ["config"]
+    assert _listed("MAINTAINING.md") == ["config"]
+
+
+def _layers(text: str) -> list[list[str]]:
+    """The modules each bullet of MAINTAINING.md's layer map names, bullet by bullet."""
+    start = text.index("## The layer map\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    modules = {info.name for info in pkgutil.iter_modules(gptlib.__path__)}
+    bullets = re.split(r"\n- ", section)[1:]
+    return [[n for n in re.findall(r"`([\w.]+)`", b) if n in modules] for b in bullets]
+
+
+def test_the_layer_map_places_every_module_in_one_layer():
+    layers = _layers(_readme("MAINTAINING.md"))
+    assert len(layers) == 3  # the GPT the chapters teach, the classroom, the command line
+    placed = [m for layer in layers for m in layer]
+    modules = {info.name for info in pkgutil.iter_modules(gptlib.__path__)} - NOT_IMPORTED
+    assert not modules - set(placed), f"the layer map leaves out {sorted(modules - set(placed))}"
+    twice = sorted({m for m in placed if sum(m in layer for layer in layers) > 1})
+    assert not twice, f"the layer map places {twice} in more than one layer"
+    assert "model" in layers[0] and "exercises" in layers[1] and "cli" in layers[2]

@@ -333,10 +333,12 @@ def test_a_hand_edit_of_a_built_notebook_is_named(scratch):
 
 
 def test_editing_a_section_of_errata_or_the_readme_names_its_translation(scratch):
-    """ERRATA.zh-CN.md and README.zh-CN.md are kept in step by the notebooks' rule: an English
-    section edited since its Chinese was written is named, and so is a hand edit of the build."""
+    """ERRATA.zh-CN.md, README.zh-CN.md and MAINTAINING.zh-CN.md are kept in step by the
+    notebooks' rule: an English section edited since its Chinese was written is named, and so is
+    a hand edit of the build."""
     for document, anchor in (("ERRATA.md", "2-an-8-character-window-gives-7-losses-not-8"),
-                             ("README.md", "benchmarks")):  # fmt: skip
+                             ("README.md", "gpt-2-offline"),
+                             ("MAINTAINING.md", "benchmarks")):  # fmt: skip
         path = scratch / document
         text = path.read_text(encoding="utf-8")
         english = dict(i18n.sections(text))[anchor]
@@ -346,10 +348,11 @@ def test_editing_a_section_of_errata_or_the_readme_names_its_translation(scratch
         line.startswith("i18n/zh/ERRATA.md: section 2-an-8-character-window-gives-7-losses-not-8 "
                         "translates an older English text") for line in found
     ), found  # fmt: skip
-    assert any(
-        line.startswith("i18n/zh/README.md: section benchmarks translates an older English text")
-        for line in found
-    ), found
+    for said in (
+        "i18n/zh/README.md: section gpt-2-offline translates an older English text",
+        "i18n/zh/MAINTAINING.md: section benchmarks translates an older English text",
+    ):
+        assert any(line.startswith(said) for line in found), found  # fmt: skip
     edition = scratch / "ERRATA.zh-CN.md"
     edition.write_text(edition.read_text(encoding="utf-8") + "手改的一行。\n", "utf-8")
     found = i18n.problems("zh")
@@ -372,6 +375,14 @@ def test_both_readmes_link_each_other_and_every_edition():
     en = (ROOT / "README.md").read_text(encoding="utf-8")
     zh = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
     assert "](README.zh-CN.md)" in en and "](README.md)" in zh
+    assert "](MAINTAINING.md)" in en and "](MAINTAINING.zh-CN.md)" in zh  # the maintainer's part
+    for name, other in (("MAINTAINING.md", "MAINTAINING.zh-CN.md"),
+                        ("MAINTAINING.zh-CN.md", "MAINTAINING.md")):  # fmt: skip
+        text = (ROOT / name).read_text(encoding="utf-8")
+        assert f"]({other})" in text, f"{name} does not link {other}"
+        targets = re.findall(r"\]\(((?:[^()\s#]|\([^()\s]*\))+)(?:#[^)]*)?\)", text)
+        missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
+        assert not missing, f"{name} links to files that do not exist: {missing}"
     for text, name in ((en, "README.md"), (zh, "README.zh-CN.md")):
         targets = re.findall(r"\]\(((?:[^()\s#]|\([^()\s]*\))+)(?:#[^)]*)?\)", text)
         missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]

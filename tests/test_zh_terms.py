@@ -1,7 +1,7 @@
 """One term, one rendering, in the Chinese edition, on every surface a reader meets: the prose of
 every zh notebook (i18n/zh/*.md) and its code cells' comments (i18n/zh/comments/*.md), ERRATA's
-and the glossary's (i18n/zh/ERRATA.md, i18n/zh/GLOSSARY.md), README.zh-CN.md, GLOSSARY.md,
-gptlib's catalogue and the notebooks' catalogues, and, drawn or printed in Chinese, the model
+and the glossary's (i18n/zh/ERRATA.md, i18n/zh/GLOSSARY.md), README.zh-CN.md, MAINTAINING.zh-CN.md,
+GLOSSARY.md, gptlib's catalogue and the notebooks' catalogues, and, drawn or printed in Chinese, the model
 diagram and the figures' labels, a shape table, the checks and hints of the exercises and the
 command line's help and messages. Each uses the textbook's term where it has one (残差干线,
 残差连接, 屏蔽, warmup, 块 for a Block), and the refused variants below appear nowhere."""
@@ -54,6 +54,7 @@ def FILES() -> list[Path]:  # noqa: N802  (read by the one-off script that appli
         *sorted((ROOT / "i18n" / "zh").glob("*.md")),
         *sorted((ROOT / "i18n" / "zh" / "comments").glob("*.md")),
         ROOT / "README.zh-CN.md",
+        ROOT / "MAINTAINING.zh-CN.md",
         ROOT / "GLOSSARY.md",
         ROOT / "gptlib" / "locale" / "zh_CN" / "LC_MESSAGES" / "gptlib.po",
         *sorted((ROOT / "gptlib" / "locale" / "zh_CN" / "LC_MESSAGES" / "notebooks").glob("*.po")),
@@ -215,6 +216,7 @@ def PROSE_FILES() -> list[Path]:  # noqa: N802
         *sorted((ROOT / "i18n" / "zh").glob("*.md")),
         *sorted((ROOT / "i18n" / "zh" / "comments").glob("*.md")),
         ROOT / "README.zh-CN.md",
+        ROOT / "MAINTAINING.zh-CN.md",
     ]
 
 

@@ -1,0 +1,137 @@
+"""How long each notebook takes to Run All: its seconds and the total, nothing asserted.
+
+Each notebook is executed the way `make notebooks` executes it (the portable arithmetic on x86-64,
+an empty temporary reader's package in GPTLIB_YOURS, PYTHONHASHSEED=0), but on a temporary copy,
+never in place, and with `--threads` threads (default 2: "Run All on two threads" is the measure a
+reader's laptop sees; `make notebooks` itself uses one). The clock runs from the first cell to the
+last, the kernel already started, as when a reader opens the notebook and presses Run All.
+
+    python benchmarks/notebook_times.py                       # every English notebook
+    python benchmarks/notebook_times.py notebooks/03_scaled_attention.ipynb --threads 1
+    make notebook-times ARGS="--threads 1"
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# ATen's scalar kernels and MKL's compatible code path: the arithmetic the stored outputs were
+# made under (tests/notebook_arithmetic.sh), on x86-64 only.
+PORTABLE = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+
+
+def english_notebooks() -> list[Path]:
+    return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/notebook_times.py", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "notebooks",
+        nargs="*",
+        type=Path,
+        help="the notebooks to time (default: every English notebook, notebooks/NN_*.ipynb)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch's threads in the kernel (OMP_NUM_THREADS, MKL_NUM_THREADS); default 2",
+    )
+    parser.add_argument(
+        "--timeout", type=int, default=900, help="seconds one cell may take (default 900)"
+    )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="this CPU's own vector kernels instead of the portable arithmetic",
+    )
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads {args.threads}: give 1 or more threads (the default is 2)")
+    if args.timeout < 1:
+        parser.error(f"--timeout {args.timeout}: give the seconds one cell may take, 1 or more")
+    for path in args.notebooks:
+        if path.suffix != ".ipynb":
+            parser.error(f"{path}: not a notebook (expected a .ipynb file, e.g. notebooks/00_*)")
+        if not path.is_file():
+            parser.error(f"{path}: no such notebook (the notebooks are in {ROOT / 'notebooks'})")
+    args.notebooks = [p.resolve() for p in args.notebooks] or english_notebooks()
+    return args
+
+
+def kernel_environment(threads: int, native: bool = False, machine: str | None = None) -> dict:
+    """The variables the kernel runs under, beside the caller's environment."""
+    env = {
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "PYTHONHASHSEED": "0",
+        "MPLBACKEND": "Agg",
+    }
+    machine = (machine or platform.machine()).lower()
+    if not native and machine in ("x86_64", "amd64"):
+        env.update(PORTABLE)
+    return env
+
+
+def run_all_seconds(path: Path, timeout: int) -> float:
+    """Execute a copy of `path` in a temporary folder; the seconds from its first cell to its
+    last. A failing cell raises nbclient's CellExecutionError."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    with tempfile.TemporaryDirectory(prefix="notebook-times-") as folder:
+        copy = Path(folder) / path.name
+        shutil.copyfile(path, copy)
+        nb = nbformat.read(copy, as_version=4)
+        client = NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": folder}}
+        )
+        with client.setup_kernel():
+            start = time.perf_counter()
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)
+            seconds = time.perf_counter() - start
+        nbformat.write(nb, copy)  # the executed copy, gone with its folder
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    yours = tempfile.mkdtemp(prefix="gptlib-yours-")  # an empty reader's package
+    env = kernel_environment(args.threads, args.native)
+    os.environ.update(env, GPTLIB_YOURS=yours)  # the kernel inherits them
+    arithmetic = "portable" if "MKL_CBWR" in env else "native"
+    print(f"Run All, {args.threads} thread(s), {arithmetic} arithmetic, on copies")
+    total, failed = 0.0, []
+    try:
+        for path in args.notebooks:
+            try:
+                seconds = run_all_seconds(path, args.timeout)
+            except Exception as e:  # a failing cell: named, and the others still run
+                failed.append(path.name)
+                print(f"{path.name:40} failed: {str(e).strip().splitlines()[-1][:200]}", flush=True)
+                continue
+            total += seconds
+            print(f"{path.name:40} {seconds:8.1f} s", flush=True)
+    finally:
+        shutil.rmtree(yours, ignore_errors=True)
+    timed = len(args.notebooks) - len(failed)
+    print(f"{'total':40} {total:8.1f} s ({timed} notebooks)")
+    if failed:
+        print(f"not timed, a cell failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,17 +20,7 @@ from gptlib.exercises.progress import EXERCISES
 
 # Near-copies still on the page, each with the change that removes it. The list only shrinks:
 # a new near-copy fails, and so does an entry here that no longer is one.
-KNOWN: dict[tuple[str, str], str] = {
-    ("check_merge_heads", "04_multi_head"): (
-        "cell 04tb0002, the textbook's route, glues the heads with transpose(1, 2).contiguous()"
-        ".view(B, n, d): glue them with yours.use(check_merge_heads) instead (ANSWER_ON_THE_PAGE "
-        "below; the notebook's re-execution, 15 minutes an edition, is still to do)"
-    ),
-    ("check_qkv_split", "04_multi_head"): (
-        "cell 04tb0002's course_route cuts q, k, v with qkv(x).split(x.size(-1), dim=-1): use "
-        "qkv(x).chunk(3, dim=-1), three equal thirds"
-    ),
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _stem(path: str) -> str:
@@ -109,8 +99,8 @@ def test_every_answer_scores_itself_whole(check):
 
 
 # Cells a learner found still holding most of an answer (issue 41), as they stood, and their
-# rewrites (02's is on the page; 04's waits in KNOWN above). The learners' forms catch both at
-# LIMIT; the reference alone scored them 0.16 and 0.36.
+# rewrites, both on the page now. The learners' forms catch both at LIMIT; the reference alone
+# scored them 0.16 and 0.36.
 ANSWER_ON_THE_PAGE = {
     "qkv_split, 02's RNN comparison": (
         ex.check_qkv_split,

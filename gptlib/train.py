@@ -232,6 +232,16 @@ def _check_ids(vocab_size: int, **tensors: torch.Tensor | None) -> None:
             )
 
 
+def log_line(hist: History) -> str:
+    """The textbook's log line for the last step of `hist`: step, learning rate, loss, gradient
+    norm before the clip.
+
+    Not taught in a notebook: what `train(..., log_every=n)` prints."""
+    return _("step {step:4d}  lr {lr:.2e}  loss {loss:.4f}  grad {grad:.2f}").format(
+        step=hist.step[-1], lr=hist.lr[-1], loss=hist.loss[-1], grad=hist.grad_norm[-1]
+    )
+
+
 def train(
     model: GPT,
     tokens: torch.Tensor,
@@ -250,6 +260,7 @@ def train(
     seed: int = 0,
     optimizer: torch.optim.Optimizer | None = None,
     callback: StepCallback | None = None,
+    log_every: int = 0,
 ) -> History:
     """Train `model` for `steps` steps on random windows of `tokens` and return the History.
 
@@ -257,6 +268,8 @@ def train(
     then `schedule` over the `steps`), then `train_step`. The validation loss on `val_tokens` is
     measured every `eval_every` steps and after the last; `callback(history)` runs after every
     step. The optimiser defaults to `make_optimizer`'s AdamW with its two parameter groups.
+    `log_every` > 0 prints the textbook's log line (step, learning rate, loss, gradient norm
+    before the clip) at every step that is a multiple of it, step 0 included; 0 prints nothing.
 
     A non-finite loss raises `Diverged` (a RuntimeError) naming the step; Ctrl-C stops cleanly
     and returns the history so far (`interrupted=True`). Same model init + same seed -> same
@@ -266,6 +279,13 @@ def train(
     """
     if steps < 0:
         raise ValueError(_("steps must be >= 0, got {steps}").format(steps=steps))
+    if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
+        raise ValueError(
+            _(
+                "log_every must be a whole number of steps >= 0, got {log_every}: 50 prints a "
+                "line every 50 steps, 0 (the default) prints nothing"
+            ).format(log_every=repr(log_every))
+        )
     block, device = model.cfg.block_size, model.lm_head.weight.device
     if tokens.numel() < block + 1:
         raise ValueError(
@@ -285,6 +305,8 @@ def train(
             idx, labels = sample_batch(tokens, batch_size, block, g, device)  # [B, T] twice
             lr = learning_rate(step, max_lr, warmup, steps, schedule, min_lr)
             hist.record(step, lr, *train_step(model, opt, idx, labels, lr, clip, step=step))
+            if log_every and step % log_every == 0:
+                print(log_line(hist))
             if evaluate and (step % eval_every == 0 or step == steps - 1):
                 hist.record_val(step, estimate_loss(model, val_tokens, batch_size, eval_batches))
             if callback is not None:

@@ -85,6 +85,35 @@ def test_callback_sees_every_step():
     assert seen == list(range(1, 8))
 
 
+def test_log_every_prints_the_textbook_line_at_its_steps_and_nothing_at_0(capsys):
+    tokens = torch.randint(0, 20, (200,), generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(0)
+    quiet = train(GPT(_tiny(20)), tokens, 7, 2, warmup=4)
+    assert capsys.readouterr().out == ""  # the default, log_every=0: nothing at all
+    torch.manual_seed(0)
+    hist = train(GPT(_tiny(20)), tokens, 7, 2, warmup=4, log_every=3)
+    lines = capsys.readouterr().out.splitlines()
+    assert hist.to_dict() == quiet.to_dict()  # the log changes nothing it reports on
+    assert [int(line.split()[1]) for line in lines] == [0, 3, 6]  # step 0 and each multiple of 3
+    for line, s in zip(lines, (0, 3, 6), strict=True):
+        # each line: the textbook's fields, read back to the digits they are printed with
+        fields = line.split()
+        assert fields[::2] == ["step", "lr", "loss", "grad"]
+        lr, loss, grad = (float(x) for x in fields[3::2])
+        assert lr == pytest.approx(hist.lr[s], rel=6e-3)
+        assert loss == pytest.approx(hist.loss[s], abs=6e-5)
+        assert grad == pytest.approx(hist.grad_norm[s], abs=6e-3)
+    assert [float(line.split()[3]) for line in lines] == pytest.approx(
+        [7.5e-5, 3e-4, 3e-4], rel=1e-9
+    )  # warmup 4 from the default max_lr 3e-4: a quarter of it at step 0, all of it from step 3
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "50", True])
+def test_log_every_refuses_what_is_not_a_step_count(bad):
+    with pytest.raises(ValueError, match=r"log_every must be a whole number of steps >= 0, got"):
+        train(GPT(_tiny(20)), torch.randint(0, 20, (200,)), 1, 2, log_every=bad)
+
+
 def test_clip_caps_the_update_norm():
     torch.manual_seed(0)
     tokens = torch.randint(0, 20, (200,))

@@ -8,7 +8,7 @@ from builders import random_ids
 from gptlib.attention import CausalSelfAttention
 from gptlib.config import microgpt, textbook
 from gptlib.kvcache import KVCache
-from gptlib.model import GPT, parameter_formula
+from gptlib.model import GPT, check_inputs, parameter_formula
 from gptlib.norms import LayerNorm, RMSNorm
 from gptlib.train import make_optimizer
 
@@ -269,6 +269,26 @@ def test_bad_inputs_are_rejected(small_textbook):
         model(torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="labels must have the shape"):
         model(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_check_inputs_counts_the_cached_positions(small_textbook):
+    """The refusals live in one function: it returns n, counts `past` cached positions against
+    block_size (naming both parts), and leaves a decode step's ids unread (only the way in)."""
+    T = small_textbook.block_size
+    idx = torch.zeros(2, 5, dtype=torch.long)
+    assert check_inputs(idx, small_textbook) == 5
+    assert check_inputs(idx, small_textbook, past=T - 5) == 5  # exactly fills the table
+    with pytest.raises(ValueError, match=rf"{T - 4} cached \+ 5 new = {T + 1}.*block_size={T}"):
+        check_inputs(idx, small_textbook, past=T - 4)
+    bad = torch.full((1, 1), 99)
+    with pytest.raises(ValueError, match=r"0\.\.10"):
+        check_inputs(bad, small_textbook)  # the way in: read
+    assert check_inputs(bad, small_textbook, past=3) == 1  # a decode step: not read back
+    model, cache = GPT(small_textbook), KVCache(small_textbook, 1)
+    model(torch.zeros(1, T - 1, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match=rf"{T - 1} cached \+ 2 new"):
+        model(torch.zeros(1, 2, dtype=torch.long), cache=cache)  # forward refuses the same way
+    assert cache.length == T - 1  # and refuses before anything is written
 
 
 def test_token_ids_off_the_cpu_are_not_read_back(small_textbook):

@@ -124,8 +124,8 @@ class GPT(nn.Module):
     def attention_maps(self, idx: torch.Tensor) -> torch.Tensor:
         """Every layer's attention weights from one forward pass: [L, B, h, n, n].
 
-        The pass runs the readable attention path and the weights are caught on their way into
-        each layer's `attn_drop` (see `attention_weights`)."""
+        The pass runs the readable attention path and the weights are caught at each layer's hook
+        point `attn.weights`, before dropout (see `attention_weights`)."""
         with attention_weights(self) as weights:
             self(idx)
         return torch.stack(weights)
@@ -180,9 +180,9 @@ def check_inputs(idx: torch.Tensor, cfg: GPTConfig, past: int = 0) -> int:
 def attention_weights(model: GPT) -> Iterator[list[torch.Tensor]]:
     """While on, every attention layer of `model` runs its readable path (`use_sdpa` off), and
     the list it yields receives each layer's softmax weights [B, h, n, n_keys], in the order the
-    layers compute them. A forward pre-hook on the layer's `attn_drop`, which the readable path
-    calls with the weights, catches them. On exit the hooks are removed and each layer's path is
-    put back.
+    layers compute them. A forward hook on the layer's `weights`, the identity module the readable
+    path passes its softmax weights through before dropout, catches them. On exit the hooks are
+    removed and each layer's path is put back.
 
     Not taught in a notebook: how `GPT.attention_maps` and `shapes.shape_table` see the weights.
     """
@@ -190,7 +190,7 @@ def attention_weights(model: GPT) -> Iterator[list[torch.Tensor]]:
     fused = [a.use_sdpa for a in attns]
     weights: list[torch.Tensor] = []
     handles = [
-        a.attn_drop.register_forward_pre_hook(lambda m, args: weights.append(args[0].detach()))
+        a.weights.register_forward_hook(lambda m, args, out: weights.append(out.detach()))
         for a in attns
     ]
     try:

@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,13 +106,52 @@ def test_attention_maps_of_the_fused_model_are_the_readable_paths_weights(small_
     assert fused.blocks[0].attn.use_sdpa and not attn.use_sdpa  # each model's own path kept
 
 
+def test_the_attention_weights_pass_a_named_hook_point_that_adds_no_state(small_textbook):
+    """`attn.weights` is an identity the readable path passes its softmax weights through before
+    dropout: a hook there sees exactly attention_maps' weights, the fused path never calls it,
+    and the state_dict has no key for it (the checkpoints in assets/ load as before). A pre-hook
+    on `attn_drop` still sees the same weights."""
+    torch.manual_seed(0)
+    model = GPT(small_textbook.replace(attention="manual")).eval()
+    attn = model.blocks[1].attn
+    assert isinstance(attn.weights, torch.nn.Identity)
+    assert not any(".weights" in k for k in model.state_dict())
+    fresh = GPT(small_textbook)  # the same keys, whatever the path
+    assert list(model.state_dict()) == list(fresh.state_dict())
+    idx = _ids(small_textbook, B=2, n=7)
+    seen, dropped = [], []
+    h1 = attn.weights.register_forward_hook(lambda m, args, out: seen.append(out))
+    h2 = attn.attn_drop.register_forward_pre_hook(lambda m, args: dropped.append(args[0]))
+    with torch.no_grad():
+        model(idx)
+    maps = model.attention_maps(idx)
+    assert len(seen) == 2 and torch.equal(seen[0], maps[1]) and torch.equal(dropped[0], maps[1])
+    fresh.load_state_dict(model.state_dict())  # strict: no key missing or left over
+    h1.remove(), h2.remove()
+    called = []
+    fused = fresh.blocks[1].attn
+    fused.weights.register_forward_hook(lambda m, args, out: called.append(out))
+    with torch.no_grad():
+        fresh(idx)
+    assert fused.use_sdpa and called == []  # the fused kernel never forms the weights
+
+
+def test_the_checkpoints_in_assets_load_with_the_hook_point():
+    from gptlib.checkpoint import load_checkpoint
+
+    model = load_checkpoint(Path(__file__).parent.parent / "assets" / "names-textbook.pt").model
+    assert all(isinstance(b.attn.weights, torch.nn.Identity) for b in model.blocks)
+    maps = model.attention_maps(torch.zeros(1, 4, dtype=torch.long))
+    torch.testing.assert_close(maps.sum(-1), torch.ones(maps.shape[:-1]))
+
+
 def test_attention_maps_restore_the_path_after_an_error(small_textbook):
     model = GPT(small_textbook)
     with pytest.raises(ValueError, match="exceeds block_size"):
         model.attention_maps(torch.zeros(1, small_textbook.block_size + 1, dtype=torch.long))
     assert all(b.attn.use_sdpa for b in model.blocks)
     for m in model.modules():
-        assert not m._forward_pre_hooks
+        assert not m._forward_pre_hooks and not m._forward_hooks
 
 
 def _fused_step(cfg, past, n, seed=0):

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
+from functools import partial
+
+import torch.nn.functional as F
 
 from gptlib.language import _
 
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 ATTENTIONS = ("manual", "sdpa")
+# The one registry of the MLP's nonlinearities: a config may name any key, and `mlp.MLP` applies
+# its function (gptlib.mlp.ACTIVATIONS is this same dict). It lives here, below the MLP, so that
+# GPTConfig can refuse an unknown name without importing the module above it.
+# gelu_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the approximation GPT-2 was trained
+# with; it differs from the exact (erf) GELU by at most about 5e-4.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import partial
 
 import torch.nn.functional as F
@@ -43,6 +43,11 @@ class GPTConfig:
     norm_bias: bool = True  # a LayerNorm's beta (RMSNorm never has one)
     tie_embeddings: bool = True  # lm_head.weight is tok_emb.weight
     attention: str = "sdpa"  # manual (readable, can return weights) | sdpa (fused kernel)
+    # GPT-2's start: the two projections that write into the residual stream in each block
+    # (attn.proj, mlp.proj) are drawn with std 0.02 / sqrt(2 L), not 0.02, so the stream's variance
+    # at init does not grow with depth. Only how the weights start, not the network they define:
+    # left out of ==, so two configs of the same architecture compare equal.
+    scale_residual_init: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -151,7 +156,8 @@ def textbook(vocab_size: int = 27, **changes) -> GPTConfig:
 def gpt2(vocab_size: int = 50257, **changes) -> GPTConfig:
     """GPT-2 small (124M): V 50257, T 1024, 12 layers, 12 heads, d 768; pre-norm LayerNorm with
     bias, GELU in its tanh form, a bias in every Linear layer, tied head. Dropout 0.1 as GPT-2
-    was trained (eval mode turns it off).
+    was trained (eval mode turns it off), and GPT-2's start for the residual projections (std
+    0.02 / sqrt(2 L): `scale_residual_init`).
 
     Taught in notebook 16 (gpt2)."""
     base = GPTConfig(
@@ -167,6 +173,7 @@ def gpt2(vocab_size: int = 50257, **changes) -> GPTConfig:
         bias=True,
         norm_bias=True,
         tie_embeddings=True,
+        scale_residual_init=True,
     )
     return base.replace(**changes)
 

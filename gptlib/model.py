@@ -4,6 +4,7 @@ Notebook 14 (your gpt) teaches this module."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -63,6 +64,11 @@ class GPT(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
         # Tie first, then initialise: the shared table is drawn from N(0, 0.02) like the rest.
         self.apply(self._init_weights)
+        if cfg.scale_residual_init:  # GPT-2's start (the gpt2 preset): see GPTConfig
+            with torch.no_grad():  # N(0, 0.02) times s is N(0, 0.02 s): no other random draw
+                for block in self.blocks:
+                    block.attn.proj.weight.mul_(1 / math.sqrt(2 * cfg.n_layer))
+                    block.mlp.proj.weight.mul_(1 / math.sqrt(2 * cfg.n_layer))
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from builders import random_ids
 
 from gptlib.attention import CausalSelfAttention
-from gptlib.config import microgpt, textbook
+from gptlib.config import GPTConfig, gpt2, microgpt, textbook
 from gptlib.kvcache import KVCache
 from gptlib.model import GPT, check_inputs, parameter_formula
 from gptlib.norms import LayerNorm, RMSNorm
@@ -260,6 +260,37 @@ def test_init_is_normal_002_after_tying():
             assert abs(p.std().item() - 0.02) < 0.002, name
         else:  # norm gains start at 1, biases at 0
             assert torch.all((p == 1) | (p == 0)), name
+
+
+def test_gpt2_preset_starts_its_residual_projections_at_002_over_sqrt_2L():
+    """The gpt2 preset draws attn.proj and mlp.proj with std 0.02/sqrt(2L) (GPT-2's start), every
+    other matrix with 0.02; the scaling is a multiplication of the same draws (the random stream
+    and every other weight are those of the unscaled start), and the other presets keep 0.02."""
+    cfg = gpt2(vocab_size=97, block_size=16, n_layer=6, n_head=4, n_embd=96)
+    assert cfg.scale_residual_init and not textbook().scale_residual_init
+    assert not microgpt().scale_residual_init
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    plain = GPT(cfg.replace(scale_residual_init=False))
+    assert torch.equal(after, torch.rand(1))  # no extra draw
+    want = 0.02 / math.sqrt(2 * cfg.n_layer)
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            continue
+        if name.endswith(("attn.proj.weight", "mlp.proj.weight")):
+            assert abs(p.std().item() - want) < 0.1 * want, name
+            assert torch.allclose(p, plain.get_parameter(name) / math.sqrt(2 * cfg.n_layer)), name
+        else:
+            assert abs(p.std().item() - 0.02) < 0.002, name
+            assert torch.equal(p, plain.get_parameter(name)), name
+    pooled = torch.cat([b.attn.proj.weight.flatten() for b in model.blocks])
+    assert abs(pooled.std().item() - want) < 0.03 * want  # 55,296 numbers: a close estimate
+    # How the weights start is not the architecture: the flag survives a checkpoint's dict but
+    # does not make two configs of the same network unequal.
+    assert GPTConfig.from_dict(cfg.to_dict()).scale_residual_init
+    assert cfg == cfg.replace(scale_residual_init=False)
 
 
 def test_loss_at_init_is_near_ln_v():

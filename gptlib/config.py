@@ -28,7 +28,10 @@ ACTIVATIONS = {
 class GPTConfig:
     """Every choice that shapes a GPT. Letters in comments follow the textbook: V, T, d, h, L.
 
-    Not taught in a notebook: what the presets return; notebooks use microgpt or textbook."""
+    What the presets return: notebooks build it with microgpt, textbook or gpt2; notebook 16
+    walks from the textbook preset to GPT-2 one field at a time (`replace`).
+
+    Used in notebook 16 (gpt2), through gpt2."""
 
     vocab_size: int = 27  # V
     block_size: int = 64  # T: rows of the position table, longest sequence the model reads

@@ -148,7 +148,7 @@ def check_inputs(idx: torch.Tensor, cfg: GPTConfig, past: int = 0) -> int:
     outside its vocabulary (encode, encode_tensor). Under torch.compile the check would break the
     graph (a Python int from a tensor), so it is skipped there too.
 
-    Not taught in a notebook: the refusals `GPT.forward` makes before it runs.
+    Used in notebook 14 (your gpt), through GPT.
     """
     if idx.dim() != 2:
         raise ValueError(
@@ -190,7 +190,9 @@ def attention_weights(model: GPT) -> Iterator[list[torch.Tensor]]:
     path passes its softmax weights through before dropout, catches them. On exit the hooks are
     removed and each layer's path is put back.
 
-    Not taught in a notebook: how `GPT.attention_maps` and `shapes.shape_table` see the weights.
+    How `GPT.attention_maps` and `shapes.shape_table` see the weights.
+
+    Used in notebook 03 (scaled attention), through GPT.attention_maps.
     """
     attns = [block.attn for block in model.blocks]
     fused = [a.use_sdpa for a in attns]

@@ -2,8 +2,9 @@
 
 Two paths side by side compute the same thing, as in nanoGPT: `sdpa` (the default) calls
 PyTorch's fused kernel, and `manual` writes out softmax(Q K^T / sqrt(d_h) + mask) V. The manual
-path hands its softmax weights to `attn_drop`, so a forward pre-hook there sees them: that is how
-`GPT.attention_maps` and `shapes.shape_table` read them.
+path passes its softmax weights through `weights`, an identity module that is there only to be
+hooked: a forward hook on it sees them, which is how `GPT.attention_maps` and `shapes.shape_table`
+read them (`model.attention_weights`).
 
 Notebook 04 (multi head) teaches this module.
 """
@@ -32,6 +33,10 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # [d] -> [3d]
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # mixes the heads
+        # The hook point of the softmax weights [B, h, n, n_keys] (readable path only): returns
+        # them unchanged, has no parameters (the state_dict is the same), and a forward hook on
+        # it catches them before dropout. See `model.attention_weights`.
+        self.weights = nn.Identity()
         self.attn_drop = nn.Dropout(cfg.dropout)
         self.resid_drop = nn.Dropout(cfg.dropout)
         # True above the diagonal = a future position, hidden: its score becomes -inf.
@@ -64,7 +69,7 @@ class CausalSelfAttention(nn.Module):
         else:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, h, n, past + n]
             scores = scores.masked_fill(hidden, float("-inf"))
-            weights = scores.softmax(dim=-1)  # each row sums to 1 over the keys
+            weights = self.weights(scores.softmax(dim=-1))  # each row sums to 1 over the keys
             y = self.attn_drop(weights) @ v  # [B, h, n, d_h]
         y = y.transpose(1, 2).contiguous().view(B, n, d)  # heads side by side again: [B, n, d]
         return self.resid_drop(self.proj(y))

@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from functools import partial
+
+import torch.nn.functional as F
 
 from gptlib.language import _
 
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 ATTENTIONS = ("manual", "sdpa")
+# The one registry of the MLP's nonlinearities: a config may name any key, and `mlp.MLP` applies
+# its function (gptlib.mlp.ACTIVATIONS is this same dict). It lives here, below the MLP, so that
+# GPTConfig can refuse an unknown name without importing the module above it.
+# gelu_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the approximation GPT-2 was trained
+# with; it differs from the exact (erf) GELU by at most about 5e-4.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+}
 
 
 @dataclass(frozen=True)
 class GPTConfig:
     """Every choice that shapes a GPT. Letters in comments follow the textbook: V, T, d, h, L.
 
-    Not taught in a notebook: what the presets return; notebooks use microgpt or textbook."""
+    What the presets return: notebooks build it with microgpt, textbook or gpt2; notebook 16
+    walks from the textbook preset to GPT-2 one field at a time (`replace`).
+
+    Used in notebook 16 (gpt2), through gpt2."""
 
     vocab_size: int = 27  # V
     block_size: int = 64  # T: rows of the position table, longest sequence the model reads
@@ -31,6 +46,11 @@ class GPTConfig:
     norm_bias: bool = True  # a LayerNorm's beta (RMSNorm never has one)
     tie_embeddings: bool = True  # lm_head.weight is tok_emb.weight
     attention: str = "sdpa"  # manual (readable, can return weights) | sdpa (fused kernel)
+    # GPT-2's start: the two projections that write into the residual stream in each block
+    # (attn.proj, mlp.proj) are drawn with std 0.02 / sqrt(2 L), not 0.02, so the stream's variance
+    # at init does not grow with depth. Only how the weights start, not the network they define:
+    # left out of ==, so two configs of the same architecture compare equal.
+    scale_residual_init: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -139,7 +159,8 @@ def textbook(vocab_size: int = 27, **changes) -> GPTConfig:
 def gpt2(vocab_size: int = 50257, **changes) -> GPTConfig:
     """GPT-2 small (124M): V 50257, T 1024, 12 layers, 12 heads, d 768; pre-norm LayerNorm with
     bias, GELU in its tanh form, a bias in every Linear layer, tied head. Dropout 0.1 as GPT-2
-    was trained (eval mode turns it off).
+    was trained (eval mode turns it off), and GPT-2's start for the residual projections (std
+    0.02 / sqrt(2 L): `scale_residual_init`).
 
     Taught in notebook 16 (gpt2)."""
     base = GPTConfig(
@@ -155,6 +176,7 @@ def gpt2(vocab_size: int = 50257, **changes) -> GPTConfig:
         bias=True,
         norm_bias=True,
         tie_embeddings=True,
+        scale_residual_init=True,
     )
     return base.replace(**changes)
 

@@ -36,7 +36,7 @@ def load_names() -> list[str]:
 def load_surnames() -> list[str]:
     """The 88,799 distinct US-census surnames from the same package, lower-case, sorted.
 
-    Not taught in a notebook: the "surnames" corpus of load_corpus."""
+    Used in notebook 14 (your gpt), through load_corpus."""
     return sorted(set(_names_file("dist.all.last")))
 
 
@@ -50,7 +50,7 @@ def load_tang300(path: str | os.PathLike | None = None) -> list[str]:
     """The Tang poems, one document per poem, in file order: `《title》author` as the first line,
     then the poem's lines (colour codes removed). `path` defaults to TANG300_PATH.
 
-    Not taught in a notebook: the "tang300" corpus of load_corpus."""
+    Used in notebook 14 (your gpt), through load_corpus."""
     path = os.fspath(path) if path is not None else TANG300_PATH
     if not os.path.exists(path):
         raise FileNotFoundError(
@@ -173,7 +173,9 @@ MAX_CONTROL_SHARE = 0.01
 class Corpus:
     """A tokenizer plus the training and validation token streams (1-D LongTensors).
 
-    Not taught in a notebook: what load_corpus returns; notebooks use its fields."""
+    What load_corpus returns; notebooks use its fields.
+
+    Used in notebook 00 (data and tokens), through load_corpus."""
 
     name: str
     tokenizer: CharTokenizer
@@ -238,7 +240,9 @@ def encode_documents(documents: list[str], tokenizer: CharTokenizer) -> torch.Te
 def split_documents(documents: list[str], val_fraction: float = 0.1, seed: int = 0):
     """Shuffle with a fixed seed and cut: the same documents land in val on every machine.
 
-    Not taught in a notebook: the seeded train/val split load_corpus makes."""
+    The seeded train/val split load_corpus makes.
+
+    Used in notebook 00 (data and tokens), through load_corpus."""
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(
             _("val_fraction must be in (0, 1), got {value}").format(value=val_fraction)
@@ -267,7 +271,10 @@ def detect_reading(text: str) -> tuple[str, str]:
     many); the file is then one document per line when its median non-blank line has at most
     MAX_MEDIAN_LINE characters, running text otherwise.
 
-    Not taught in a notebook: how load_corpus reads a text file, by lines or as running text.
+    How load_corpus reads a text file, by lines or as running text: the first line notebook 14's
+    project prints when TEXT is a file of yours.
+
+    Used in notebook 14 (your gpt), through load_corpus.
     """
     lines = text.splitlines()
     while lines and not lines[-1].strip():
@@ -317,7 +324,9 @@ def document_corpus(
 ) -> Corpus:
     """Documents separated by BOS; a shuffled, seeded, document-level train/val split.
 
-    Not taught in a notebook: the step of load_corpus that builds a Corpus from documents."""
+    The step of load_corpus that builds a Corpus from documents.
+
+    Used in notebook 00 (data and tokens), through load_corpus."""
     if len(documents) < 2:
         raise ValueError(
             _(

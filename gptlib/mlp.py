@@ -4,21 +4,11 @@ Notebook 07 (mlp) teaches this module."""
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from gptlib.config import GPTConfig
-
-# gelu_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the approximation GPT-2 was trained
-# with; it differs from the exact (erf) GELU by at most about 5e-4.
-ACTIVATIONS = {
-    "gelu": F.gelu,
-    "gelu_tanh": partial(F.gelu, approximate="tanh"),
-    "relu": F.relu,
-}
+# The nonlinearities by name: one registry, kept in config so that GPTConfig validates against it.
+from gptlib.config import ACTIVATIONS, GPTConfig
 
 
 class MLP(nn.Module):

@@ -4,6 +4,7 @@ Notebook 14 (your gpt) teaches this module."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -63,6 +64,11 @@ class GPT(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
         # Tie first, then initialise: the shared table is drawn from N(0, 0.02) like the rest.
         self.apply(self._init_weights)
+        if cfg.scale_residual_init:  # GPT-2's start (the gpt2 preset): see GPTConfig
+            with torch.no_grad():  # N(0, 0.02) times s is N(0, 0.02 s): no other random draw
+                for block in self.blocks:
+                    block.attn.proj.weight.mul_(1 / math.sqrt(2 * cfg.n_layer))
+                    block.mlp.proj.weight.mul_(1 / math.sqrt(2 * cfg.n_layer))
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -85,46 +91,11 @@ class GPT(nn.Module):
 
         The loss compares the prediction at position t with labels[t + 1]: idx and labels may be
         the same window. Labels equal to -100 are ignored. With a `cache`, idx holds only the new
-        positions, which follow the `cache.length` positions already stored. Ids outside
-        0..vocab_size-1 are refused with a ValueError when idx is on the CPU (see below).
+        positions, which follow the `cache.length` positions already stored. What is refused, and
+        when, is `check_inputs`'s to say.
         """
-        if idx.dim() != 2:
-            raise ValueError(
-                _("idx must be [B, n] token ids, got shape {shape}").format(shape=tuple(idx.shape))
-            )
-        B, n = idx.shape
-        past = cache.length if cache is not None else 0
-        T = self.cfg.block_size
-        if past + n > T:
-            if past:
-                where = _("{past} cached + {new} new = {total}").format(
-                    past=past, new=n, total=past + n
-                )
-            else:
-                where = f"n={n}"
-            raise ValueError(
-                _(
-                    "sequence length {where} exceeds block_size={T}: the position table has only "
-                    "{T} rows; crop the input to its last {T} tokens (idx[:, -{T}:]) or use a "
-                    "config with a larger block_size"
-                ).format(where=where, T=T)
-            )
-        # Token ids are checked only where that costs nothing: CPU tensors, on the way in (no
-        # cache, or a prefill; decode steps feed back the model's own samples). On a GPU,
-        # int(idx.min()) would make the host wait for the device at every training step, so
-        # there the check is left to where the ids are made: the tokenizer refuses characters
-        # outside its vocabulary (encode, encode_tensor). Under torch.compile the check would
-        # break the graph (a Python int from a tensor).
-        checked = n and not past and idx.device.type == "cpu"
-        if checked and not torch.compiler.is_compiling():
-            low, high = int(idx.min()), int(idx.max())
-            if low < 0 or high >= self.cfg.vocab_size:
-                raise ValueError(
-                    _(
-                        "token ids must lie in 0..{last} (vocab_size), got ids from {low} to "
-                        "{high}; was the text encoded with this model's tokenizer?"
-                    ).format(last=self.cfg.vocab_size - 1, low=low, high=high)
-                )
+        past = cache.length if cache is not None else 0  # positions already in the cache
+        n = check_inputs(idx, self.cfg, past)
         pos = torch.arange(past, past + n, device=idx.device)  # [n]
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # [B, n, d] + [n, d] -> [B, n, d]
         for block in self.blocks:
@@ -159,28 +130,75 @@ class GPT(nn.Module):
     def attention_maps(self, idx: torch.Tensor) -> torch.Tensor:
         """Every layer's attention weights from one forward pass: [L, B, h, n, n].
 
-        The pass runs the readable attention path and the weights are caught on their way into
-        each layer's `attn_drop` (see `attention_weights`)."""
+        The pass runs the readable attention path and the weights are caught at each layer's hook
+        point `attn.weights`, before dropout (see `attention_weights`)."""
         with attention_weights(self) as weights:
             self(idx)
         return torch.stack(weights)
+
+
+def check_inputs(idx: torch.Tensor, cfg: GPTConfig, past: int = 0) -> int:
+    """Refuse what `GPT.forward` cannot read, before it runs; return n, the new positions.
+
+    idx must be [B, n] token ids, and the `past` cached positions plus the n new ones must fit
+    the position table (block_size rows). Token ids are checked only where that costs nothing:
+    CPU tensors, on the way in (no cache, or a prefill; decode steps feed back the model's own
+    samples). On a GPU, int(idx.min()) would make the host wait for the device at every training
+    step, so there the check is left to where the ids are made: the tokenizer refuses characters
+    outside its vocabulary (encode, encode_tensor). Under torch.compile the check would break the
+    graph (a Python int from a tensor), so it is skipped there too.
+
+    Used in notebook 14 (your gpt), through GPT.
+    """
+    if idx.dim() != 2:
+        raise ValueError(
+            _("idx must be [B, n] token ids, got shape {shape}").format(shape=tuple(idx.shape))
+        )
+    n, T = idx.size(1), cfg.block_size
+    if past + n > T:
+        if past:
+            where = _("{past} cached + {new} new = {total}").format(
+                past=past, new=n, total=past + n
+            )
+        else:
+            where = f"n={n}"
+        raise ValueError(
+            _(
+                "sequence length {where} exceeds block_size={T}: the position table has only "
+                "{T} rows; crop the input to its last {T} tokens (idx[:, -{T}:]) or use a "
+                "config with a larger block_size"
+            ).format(where=where, T=T)
+        )
+    checked = n and not past and idx.device.type == "cpu"
+    if checked and not torch.compiler.is_compiling():
+        low, high = int(idx.min()), int(idx.max())
+        if low < 0 or high >= cfg.vocab_size:
+            raise ValueError(
+                _(
+                    "token ids must lie in 0..{last} (vocab_size), got ids from {low} to "
+                    "{high}; was the text encoded with this model's tokenizer?"
+                ).format(last=cfg.vocab_size - 1, low=low, high=high)
+            )
+    return n
 
 
 @contextmanager
 def attention_weights(model: GPT) -> Iterator[list[torch.Tensor]]:
     """While on, every attention layer of `model` runs its readable path (`use_sdpa` off), and
     the list it yields receives each layer's softmax weights [B, h, n, n_keys], in the order the
-    layers compute them. A forward pre-hook on the layer's `attn_drop`, which the readable path
-    calls with the weights, catches them. On exit the hooks are removed and each layer's path is
-    put back.
+    layers compute them. A forward hook on the layer's `weights`, the identity module the readable
+    path passes its softmax weights through before dropout, catches them. On exit the hooks are
+    removed and each layer's path is put back.
 
-    Not taught in a notebook: how `GPT.attention_maps` and `shapes.shape_table` see the weights.
+    How `GPT.attention_maps` and `shapes.shape_table` see the weights.
+
+    Used in notebook 03 (scaled attention), through GPT.attention_maps.
     """
     attns = [block.attn for block in model.blocks]
     fused = [a.use_sdpa for a in attns]
     weights: list[torch.Tensor] = []
     handles = [
-        a.attn_drop.register_forward_pre_hook(lambda m, args: weights.append(args[0].detach()))
+        a.weights.register_forward_hook(lambda m, args, out: weights.append(out.detach()))
         for a in attns
     ]
     try:

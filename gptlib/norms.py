@@ -47,7 +47,9 @@ class LayerNorm(nn.Module):
 
 
 def make_norm(cfg: GPTConfig) -> nn.Module:
-    """Not taught in a notebook: how Block and GPT pick the norm the config names."""
+    """The norm `cfg.norm` names, over d features: how Block and GPT pick theirs.
+
+    Used in notebook 06 (normalisation), through GPT."""
     if cfg.norm == "rmsnorm":
         return RMSNorm(cfg.n_embd)
     return LayerNorm(cfg.n_embd, bias=cfg.norm_bias)

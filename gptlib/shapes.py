@@ -7,8 +7,8 @@ records what actually flows. With labels, the loss's rows are the `F.cross_entro
 writing the same loss can be shown beside it. The few tensors that live only inside the
 attention's `forward` (the per-head q, k, v, the scores, the weights) are rebuilt from hooked
 values with the module's own `split_heads` and its mask buffer, and are checked against what the
-module really produced: the softmax weights its readable path hands to `attn_drop` (caught by a
-forward pre-hook) and the input of its output projection.
+module really produced: the softmax weights its readable path passes through its hook point
+`weights` (caught by a forward hook there) and the input of its output projection.
 
 Letters are assigned from the config (T, V, d, h, d_h, L, 3d, 4d) and from the batch shape
 (B, n): each size is matched with the letters of that size. When two letters have the same size
@@ -478,7 +478,7 @@ def _hook_attention(rec: _Recorder, attn, step: str, seen: list) -> None:
     Hooks see qkv's output and proj's input; `seen` is the list `attention_weights` fills
     with the softmax weights of the readable path, this layer's last when proj runs. In between, the module splits the heads, scores,
     masks and takes the softmax; those tensors are rebuilt from qkv's output with the module's
-    own `split_heads` and `future` buffer, and checked against the weights attn_drop received
+    own `split_heads` and `future` buffer, and checked against the weights the hook point `weights` passed on
     and against what proj received."""
     add, before, after, n = rec.add, rec.before, rec.after, rec.n
     state = {}

@@ -59,3 +59,24 @@ def test_replace_validates_and_roundtrips():
     assert preset("microgpt", 30).vocab_size == 30
     with pytest.raises(ValueError, match="unknown preset"):
         preset("gpt5")
+
+
+def test_one_registry_of_activations_and_every_norm_name_builds_its_own_norm():
+    """The names a config accepts are the functions the MLP applies (one dict, not two lists that
+    could drift), and every name config.NORMS accepts builds a norm of its own (none falls
+    through to another's)."""
+    import torch
+
+    from gptlib import config, mlp
+    from gptlib.norms import make_norm
+
+    assert mlp.ACTIVATIONS is config.ACTIVATIONS
+    x = torch.linspace(-3, 3, 13)
+    for name, fn in config.ACTIVATIONS.items():
+        block_mlp = mlp.MLP(textbook(activation=name))
+        assert block_mlp.act is fn
+        assert torch.equal(block_mlp.act(x), fn(x))
+    with pytest.raises(ValueError, match="gelu, gelu_tanh, relu"):
+        textbook(activation="swish")  # the error lists the registry's keys
+    kinds = {type(make_norm(textbook(norm=name))).__name__ for name in config.NORMS}
+    assert kinds == {"LayerNorm", "RMSNorm"} and len(kinds) == len(config.NORMS)

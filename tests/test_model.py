@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -6,9 +7,9 @@ import torch.nn.functional as F
 from builders import random_ids
 
 from gptlib.attention import CausalSelfAttention
-from gptlib.config import microgpt, textbook
+from gptlib.config import GPTConfig, gpt2, microgpt, textbook
 from gptlib.kvcache import KVCache
-from gptlib.model import GPT, parameter_formula
+from gptlib.model import GPT, check_inputs, parameter_formula
 from gptlib.norms import LayerNorm, RMSNorm
 from gptlib.train import make_optimizer
 
@@ -105,13 +106,52 @@ def test_attention_maps_of_the_fused_model_are_the_readable_paths_weights(small_
     assert fused.blocks[0].attn.use_sdpa and not attn.use_sdpa  # each model's own path kept
 
 
+def test_the_attention_weights_pass_a_named_hook_point_that_adds_no_state(small_textbook):
+    """`attn.weights` is an identity the readable path passes its softmax weights through before
+    dropout: a hook there sees exactly attention_maps' weights, the fused path never calls it,
+    and the state_dict has no key for it (the checkpoints in assets/ load as before). A pre-hook
+    on `attn_drop` still sees the same weights."""
+    torch.manual_seed(0)
+    model = GPT(small_textbook.replace(attention="manual")).eval()
+    attn = model.blocks[1].attn
+    assert isinstance(attn.weights, torch.nn.Identity)
+    assert not any(".weights" in k for k in model.state_dict())
+    fresh = GPT(small_textbook)  # the same keys, whatever the path
+    assert list(model.state_dict()) == list(fresh.state_dict())
+    idx = _ids(small_textbook, B=2, n=7)
+    seen, dropped = [], []
+    h1 = attn.weights.register_forward_hook(lambda m, args, out: seen.append(out))
+    h2 = attn.attn_drop.register_forward_pre_hook(lambda m, args: dropped.append(args[0]))
+    with torch.no_grad():
+        model(idx)
+    maps = model.attention_maps(idx)
+    assert len(seen) == 2 and torch.equal(seen[0], maps[1]) and torch.equal(dropped[0], maps[1])
+    fresh.load_state_dict(model.state_dict())  # strict: no key missing or left over
+    h1.remove(), h2.remove()
+    called = []
+    fused = fresh.blocks[1].attn
+    fused.weights.register_forward_hook(lambda m, args, out: called.append(out))
+    with torch.no_grad():
+        fresh(idx)
+    assert fused.use_sdpa and called == []  # the fused kernel never forms the weights
+
+
+def test_the_checkpoints_in_assets_load_with_the_hook_point():
+    from gptlib.checkpoint import load_checkpoint
+
+    model = load_checkpoint(Path(__file__).parent.parent / "assets" / "names-textbook.pt").model
+    assert all(isinstance(b.attn.weights, torch.nn.Identity) for b in model.blocks)
+    maps = model.attention_maps(torch.zeros(1, 4, dtype=torch.long))
+    torch.testing.assert_close(maps.sum(-1), torch.ones(maps.shape[:-1]))
+
+
 def test_attention_maps_restore_the_path_after_an_error(small_textbook):
     model = GPT(small_textbook)
     with pytest.raises(ValueError, match="exceeds block_size"):
         model.attention_maps(torch.zeros(1, small_textbook.block_size + 1, dtype=torch.long))
     assert all(b.attn.use_sdpa for b in model.blocks)
     for m in model.modules():
-        assert not m._forward_pre_hooks
+        assert not m._forward_pre_hooks and not m._forward_hooks
 
 
 def _fused_step(cfg, past, n, seed=0):
@@ -222,6 +262,37 @@ def test_init_is_normal_002_after_tying():
             assert torch.all((p == 1) | (p == 0)), name
 
 
+def test_gpt2_preset_starts_its_residual_projections_at_002_over_sqrt_2L():
+    """The gpt2 preset draws attn.proj and mlp.proj with std 0.02/sqrt(2L) (GPT-2's start), every
+    other matrix with 0.02; the scaling is a multiplication of the same draws (the random stream
+    and every other weight are those of the unscaled start), and the other presets keep 0.02."""
+    cfg = gpt2(vocab_size=97, block_size=16, n_layer=6, n_head=4, n_embd=96)
+    assert cfg.scale_residual_init and not textbook().scale_residual_init
+    assert not microgpt().scale_residual_init
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    plain = GPT(cfg.replace(scale_residual_init=False))
+    assert torch.equal(after, torch.rand(1))  # no extra draw
+    want = 0.02 / math.sqrt(2 * cfg.n_layer)
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            continue
+        if name.endswith(("attn.proj.weight", "mlp.proj.weight")):
+            assert abs(p.std().item() - want) < 0.1 * want, name
+            assert torch.allclose(p, plain.get_parameter(name) / math.sqrt(2 * cfg.n_layer)), name
+        else:
+            assert abs(p.std().item() - 0.02) < 0.002, name
+            assert torch.equal(p, plain.get_parameter(name)), name
+    pooled = torch.cat([b.attn.proj.weight.flatten() for b in model.blocks])
+    assert abs(pooled.std().item() - want) < 0.03 * want  # 55,296 numbers: a close estimate
+    # How the weights start is not the architecture: the flag survives a checkpoint's dict but
+    # does not make two configs of the same network unequal.
+    assert GPTConfig.from_dict(cfg.to_dict()).scale_residual_init
+    assert cfg == cfg.replace(scale_residual_init=False)
+
+
 def test_loss_at_init_is_near_ln_v():
     torch.manual_seed(0)
     cfg = textbook(vocab_size=65, block_size=32, n_layer=2)
@@ -269,6 +340,26 @@ def test_bad_inputs_are_rejected(small_textbook):
         model(torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="labels must have the shape"):
         model(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_check_inputs_counts_the_cached_positions(small_textbook):
+    """The refusals live in one function: it returns n, counts `past` cached positions against
+    block_size (naming both parts), and leaves a decode step's ids unread (only the way in)."""
+    T = small_textbook.block_size
+    idx = torch.zeros(2, 5, dtype=torch.long)
+    assert check_inputs(idx, small_textbook) == 5
+    assert check_inputs(idx, small_textbook, past=T - 5) == 5  # exactly fills the table
+    with pytest.raises(ValueError, match=rf"{T - 4} cached \+ 5 new = {T + 1}.*block_size={T}"):
+        check_inputs(idx, small_textbook, past=T - 4)
+    bad = torch.full((1, 1), 99)
+    with pytest.raises(ValueError, match=r"0\.\.10"):
+        check_inputs(bad, small_textbook)  # the way in: read
+    assert check_inputs(bad, small_textbook, past=3) == 1  # a decode step: not read back
+    model, cache = GPT(small_textbook), KVCache(small_textbook, 1)
+    model(torch.zeros(1, T - 1, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match=rf"{T - 1} cached \+ 2 new"):
+        model(torch.zeros(1, 2, dtype=torch.long), cache=cache)  # forward refuses the same way
+    assert cache.length == T - 1  # and refuses before anything is written
 
 
 def test_token_ids_off_the_cpu_are_not_read_back(small_textbook):

@@ -1,7 +1,9 @@
 """One name, one thing: every `gptlib.X` the READMEs name is what it says (a module stays the
 module, `help(gptlib.generate)` shows sampling, not one function), no attribute of `gptlib` or
 `gptlib.exercises` hides a submodule of the same name, and the READMEs' module list names every
-module of gptlib/, in an order where each imports only those listed before it."""
+module of gptlib/, in an order where each imports only those listed before it. Apart from the
+READMEs: the catalogue (`language`) imports no gptlib module, and the model's core (config up to
+model) imports nothing above it."""
 
 import ast
 import importlib
@@ -200,3 +202,65 @@ def test_the_layer_map_places_every_module_in_one_layer():
     twice = sorted({m for m in placed if sum(m in layer for layer in layers) > 1})
     assert not twice, f"the layer map places {twice} in more than one layer"
     assert "model" in layers[0] and "exercises" in layers[1] and "cli" in layers[2]
+
+
+# The model's core, bottom to top, whatever order the READMEs list it in: each module may import
+# only those before it, and nothing else of gptlib (no plotting, training, sampling or command line
+# below the model). The catalogue of messages, `language`, is at the very bottom: it imports no
+# gptlib module at all, so any module, the core included, can translate its sentences.
+CORE_LAYERS = (
+    "language",
+    "config",
+    "tokenizer",
+    "data",
+    "norms",
+    "positions",
+    "kvcache",
+    "attention",
+    "mlp",
+    "model",
+)
+
+
+def layer_problems(layers, imports_of) -> list[str]:
+    """'m imports x, above it or outside the core' for each import that breaks the layers."""
+    return [
+        f"{m} imports {sorted(bad)}, above it or outside the core"
+        for i, m in enumerate(layers)
+        if (bad := imports_of(m) - set(layers[:i]))
+    ]
+
+
+def _names_gptlib(module: str) -> list[str]:
+    """Every import statement of gptlib/<module>.py that names gptlib at all (`import gptlib`,
+    `from gptlib import x`, `from gptlib.x import y`), anywhere in the file."""
+    tree = ast.parse((ROOT / "gptlib" / f"{module}.py").read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "gptlib":
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "gptlib"]
+    return found
+
+
+def test_the_catalogue_imports_no_gptlib_module():
+    assert _names_gptlib("language") == []
+    assert _imports("language") == set()
+
+
+def test_the_model_core_imports_nothing_above_it():
+    assert set(CORE_LAYERS) <= {info.name for info in pkgutil.iter_modules(gptlib.__path__)}
+    assert layer_problems(CORE_LAYERS, _imports) == []
+
+
+def test_the_layer_check_can_fail():
+    imports = {"language": set(), "config": {"language"}, "mlp": {"config", "viz"}}
+    assert layer_problems(("language", "config", "mlp"), imports.__getitem__) == [
+        "mlp imports ['viz'], above it or outside the core"
+    ]
+    imports["config"] = {"mlp"}  # an upward import
+    assert layer_problems(("language", "config", "mlp"), imports.__getitem__)[0].startswith(
+        "config imports ['mlp']"
+    )
+    assert _names_gptlib("model")  # the scan sees gptlib imports where there are some

@@ -3,12 +3,22 @@ line of its docstring a reader (and this test) can find:
 
     Taught in notebook 03 (scaled attention).
 
+or, for one a notebook uses without naming it, through another of gptlib's names:
+
+    Used in notebook 14 (your gpt), through load_corpus.
+
 or, for one no notebook teaches, `Used by the command line; no notebook teaches it.` or
 `Not taught in a notebook: <why it exists>.` The notebook must exist, the words in parentheses
 must be its topic as its file name spells it (03_scaled_attention.ipynb -> "scaled attention"),
-and its code cells (English edition) must mention the name, so the line cannot point at a notebook
-that never uses the thing. A module whose home is one notebook says so in its own docstring:
+and its code cells (English edition) must mention the name (for "through X", X), so the line
+cannot point at a notebook that never uses the thing; "through X" also needs X to reach the name
+in gptlib's own code, by calls (X calls it, or calls a function that does, ...). A module whose
+home is one notebook says so in its own docstring:
 `Notebook 03 (scaled attention) teaches this module.`
+
+The model's core (config up to model, the data and the tokenizer) carries no "Not taught" line:
+each of its public names names a notebook that teaches or uses it, or the command line, which
+must then reach it by calls.
 
 The command line's plumbing (cli, run, checkpoint, ...) is not required to carry the line; where it
 does, the line is checked the same way."""
@@ -27,12 +37,18 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 PLUMBING = {"cli", "run", "checkpoint", "distributed", "device", "_early_signals", "__main__"}
 
 TAUGHT = re.compile(r"Taught in notebook (\d\d) \(([^()]+)\)\.")
+USED = re.compile(r"Used in notebook (\d\d) \(([^()]+)\), through ([\w.]+)\.")
 COMMAND_LINE = "Used by the command line; no notebook teaches it."
 NOT_TAUGHT = re.compile(r"Not taught in a notebook: \S.*\.")
 MODULE_HOME = re.compile(r"Notebook (\d\d) \(([^()]+)\) teaches this module\.")
 # A line that looks like it means to say one of the above, checked so that a misspelt one fails
 # instead of passing unseen.
-LOOKS_LIKE = re.compile(r"taught in|teaches this module|no notebook teaches", re.IGNORECASE)
+LOOKS_LIKE = re.compile(
+    r"taught in|teaches this module|no notebook teaches|used in notebook", re.IGNORECASE
+)
+# The model's core: every public name of these modules names a notebook (or the command line).
+MODEL_CORE = ("config", "tokenizer", "data", "norms", "positions", "kvcache", "attention", "mlp",
+              "model")  # fmt: skip
 
 
 def load_notebooks(folder: Path = NOTEBOOK_DIR) -> dict[str, tuple[str, str]]:
@@ -71,14 +87,67 @@ def provenance_problems(name: str, doc: str | None, notebooks=NOTEBOOKS) -> list
     (mark,) = marks
     if mark == COMMAND_LINE or NOT_TAUGHT.fullmatch(mark):
         return []
-    taught = TAUGHT.fullmatch(mark)
-    if not taught:
+    taught, used = TAUGHT.fullmatch(mark), USED.fullmatch(mark)
+    if not taught and not used:
         return [f"{name}: provenance line not in the fixed form: {mark!r}"]
-    number, topic = taught.groups()
+    number, topic, through = used.groups() if used else (*taught.groups(), name)
     problems = _notebook_problems(number, topic, notebooks)
-    if not problems and not re.search(rf"(?<!\w){re.escape(name)}(?!\w)", notebooks[number][1]):
-        problems.append(f"{name}: notebook {number} ({topic})'s code cells never mention it")
+    word = through.split(".")[-1]
+    if not problems and not re.search(rf"(?<!\w){re.escape(word)}(?!\w)", notebooks[number][1]):
+        problems.append(f"{name}: notebook {number} ({topic})'s code cells never mention {word}")
+    if not problems and used and not reaches(through, name):
+        problems.append(f"{name}: {through} does not reach it by calls in gptlib's code")
     return [f"{name}: {p}" if not p.startswith(name) else p for p in problems]
+
+
+def _definitions() -> dict[str, list[ast.AST]]:
+    """Every module-level function and class of gptlib/*.py, private ones too, by name."""
+    found: dict[str, list[ast.AST]] = {}
+    for path in sorted((ROOT / "gptlib").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                found.setdefault(node.name, []).append(node)
+    return found
+
+
+DEFINITIONS = _definitions()
+
+
+def _called(node: ast.AST) -> set[str]:
+    """The plain names `node` calls (`f(...)`, `with f(...)`, `Class(...)`), not methods."""
+    return {
+        n.func.id
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+
+
+def reaches(start: str | ast.AST, name: str, definitions=DEFINITIONS) -> bool:
+    """Whether `start` (a gptlib name, `Class.method`, or a parsed tree) calls `name`, directly
+    or through gptlib functions and classes it calls (a class: any of its methods)."""
+    if isinstance(start, str):
+        first, _, method = start.partition(".")
+        roots = definitions.get(first, [])
+        if method:
+            roots = [m for c in roots for m in c.body if getattr(m, "name", None) == method]
+    else:
+        roots = [start]
+    seen, todo = set(), list(roots)
+    while todo:
+        called = _called(todo.pop()) - seen
+        if name in called:
+            return True
+        seen |= called
+        todo += [d for c in called for d in definitions.get(c, [])]
+    return False
+
+
+def command_line_reaches(name: str) -> bool:
+    """Whether the command line (cli.py, run.py) reaches `name` by calls."""
+    return any(
+        reaches(ast.parse((ROOT / "gptlib" / f"{m}.py").read_text(encoding="utf-8")), name)
+        for m in ("cli", "run")
+    )
 
 
 def module_problems(name: str, doc: str | None, notebooks=NOTEBOOKS) -> list[str]:
@@ -142,6 +211,27 @@ def test_every_public_function_and_class_names_its_notebook(module, name, obj):
     assert provenance_problems(name, _own_doc(obj)) == []
 
 
+MODEL_CORE_OBJECTS = [(m, n, o) for m, n, o in CORE_OBJECTS if m in MODEL_CORE]
+
+
+@pytest.mark.parametrize(
+    "module,name,obj", MODEL_CORE_OBJECTS, ids=[f"{m}.{n}" for m, n, _ in MODEL_CORE_OBJECTS]
+)
+def test_every_name_of_the_model_core_names_a_notebook_or_the_command_line(module, name, obj):
+    lines = [line.strip() for line in inspect.cleandoc(_own_doc(obj) or "").splitlines()]
+    assert not any(NOT_TAUGHT.fullmatch(line) for line in lines), (
+        f"{module}.{name}: 'Not taught in a notebook' in the model's core; name the notebook that "
+        "uses it ('Used in notebook NN (topic), through X.')"
+    )
+    if COMMAND_LINE in lines:
+        assert command_line_reaches(name), f"{module}.{name}: the command line never calls it"
+
+
+def test_the_model_core_is_every_module_below_the_model():
+    assert set(MODEL_CORE) <= set(CORE)
+    assert {m for m, _, _ in MODEL_CORE_OBJECTS} == set(MODEL_CORE)  # each has public names
+
+
 @pytest.mark.parametrize(
     "module,name,obj", PLUMBING_OBJECTS, ids=[f"{m}.{n}" for m, n, _ in PLUMBING_OBJECTS]
 )
@@ -182,3 +272,24 @@ def test_the_checker_catches_a_line_that_lies():
     )
     assert "fixed form" in module_problems("viz", "Plots.\n\nNotebook 03 teaches this module.")[0]
     assert "topic" in module_problems("viz", "Notebook 03 (attention) teaches this module.")[0]
+
+
+def test_the_through_line_needs_the_notebook_to_use_x_and_x_to_reach_the_name():
+    def used(name: str, line: str) -> list[str]:
+        return provenance_problems(name, f"Build.\n\n{line}")
+
+    assert used("make_norm", "Used in notebook 06 (normalisation), through GPT.") == []
+    assert used("attention_weights", "Used in notebook 03 (scaled attention), through "
+                "GPT.attention_maps.") == []  # fmt: skip
+    # notebook 06 uses GPT, but GPT never calls sample_documents
+    assert "does not reach" in used("sample_documents", "Used in notebook 06 (normalisation), "
+                                    "through GPT.")[0]  # fmt: skip
+    # GPT reaches make_norm, but notebook 13 never mentions load_corpus
+    assert (
+        "never mention load_corpus"
+        in used("load_surnames", "Used in notebook 13 (kv cache), through load_corpus.")[0]
+    )
+    assert "fixed form" in used("make_norm", "Used in notebook 06 (normalisation) via GPT.")[0]
+    assert reaches("load_corpus", "load_surnames")  # through the private _built_in
+    assert not reaches("GPT.loss", "make_norm")  # a method: its own calls only
+    assert command_line_reaches("preset") and not command_line_reaches("plot_model_diagram")

@@ -5,6 +5,7 @@ check, `show_solution` prints it, and the README counts the records."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -93,10 +94,64 @@ def test_the_notebooks_that_use_each_kept_piece_are_the_records():
         assert sorted(found) == record.used.split(), record.check
 
 
+def _drawn_from(use_cell: str) -> set[str]:
+    """The names a cell that asks `yours.use` binds to the piece it gets, or to values computed
+    from it (`x = embed(...)`, `rows[...] = ... x ...`), in that cell."""
+    tree = ast.parse(use_cell)
+    tainted: set[str] = set()
+    stores = sorted(
+        (n for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    for _ in range(2):  # twice: a loop's later statement can feed an earlier one
+        for node in stores:
+            value = ast.unparse(node.value) if node.value is not None else ""
+            read = (
+                {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)} if value else set()
+            )
+            if "yours.use(" in value or read & tainted:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                tainted |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return tainted
+
+
+def _names(code: str, ctx: type) -> set[str]:
+    return {
+        n.id
+        for n in ast.walk(ast.parse(code))
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)
+    }
+
+
+@pytest.mark.parametrize("notebook", ["01", "05", "06", "08"])
+def test_a_figure_is_drawn_from_a_kept_piece(notebook):
+    """In each of these notebooks a stored figure comes from the reader's kept piece (or the
+    reference standing in, as its `use` line says): a cell with an image reads a name that a
+    `yours.use` cell bound to the piece or computed from it, not bound again in between."""
+    [path] = sorted((ROOT / "notebooks").glob(f"{notebook}_*.ipynb"))
+    cells = [
+        c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"
+    ]
+    code = ["".join(c["source"]) for c in cells]
+    drawn = lambda c: any("image/png" in o.get("data", {}) for o in c.get("outputs", []))  # noqa: E731
+    found = []
+    for i, source in enumerate(code):
+        if "yours.use(" not in source:
+            continue
+        live = _drawn_from(source)
+        if drawn(cells[i]):
+            found.append(i)
+        for j in range(i + 1, len(code)):
+            if drawn(cells[j]) and live & _names(code[j], ast.Load):
+                found.append(j)
+            live -= _names(code[j], ast.Store)
+    assert found, f"no figure of {path.name} is drawn from a kept piece"
+
+
 def test_a_kept_piece_says_who_uses_it():
     line = lambda check: ex.checking.kept_line(check).format(path="p")  # noqa: E731
     assert line("check_causal_attention") == "kept as p: later notebooks use it"  # 04, 14, 15
     assert line("check_temperature_probs") == "kept as p: the cells below use it"  # 08 only
-    assert line("check_rmsnorm_backward") == "kept as p"  # nothing uses it
+    assert line("check_rmsnorm_backward") == "kept as p: the cells below use it"  # 06 only
     for check in ("check_encode_stream", "check_stack_gradients", "check_post_norm_block"):
         assert "later notebooks" not in line(check)

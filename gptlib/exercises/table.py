@@ -88,7 +88,7 @@ EXERCISES: tuple[Exercise, ...] = (
     )),
     Exercise("check_pre_norm_block", "06", 1, 10, used="06 14 15"),
     Exercise("check_post_norm_block", "06", 1, 5, used="06"),
-    Exercise("check_rmsnorm_backward", "06", 3, 40, optional=True),
+    Exercise("check_rmsnorm_backward", "06", 3, 40, used="06", optional=True),
     Exercise("check_mlp", "07", 1, 10, used="07 14 15", reports="mlp_forward"),
     Exercise("check_temperature_probs", "08", 2, 15, used="08", refusals=(_NEXT_TOKEN_PROBS,)),
     Exercise("check_log_softmax", "09", 2, 20, used="09", refusals=(

@@ -26,6 +26,7 @@ from gptlib.checkpoint import (
     load_checkpoint,
     save_error,
 )
+from gptlib.claim import claim, output_path, same_file
 from gptlib.config import PRESETS, preset
 from gptlib.data import (
     _CONTROL,
@@ -51,23 +52,16 @@ from gptlib.language import (
     set_language,
 )
 from gptlib.model import GPT
-from gptlib.run import (
-    StopSignals,
-    TrainingRun,
+from gptlib.needs import (
     available_memory,
     check_memory,
     check_space,
     check_step_time,
-    claim,
-    corpus_fingerprint,
-    exit_code,
-    mean_loss,
     no_space,
-    output_path,
     readable_size,
-    same_file,
-    signal_name,
 )
+from gptlib.run import TrainingRun, corpus_fingerprint, mean_loss
+from gptlib.signals import StopSignals, exit_code, signal_name
 from gptlib.tokenizer import CharTokenizer
 from gptlib.train import WHAT_DIVERGED, Diverged, estimate_loss
 

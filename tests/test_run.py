@@ -14,9 +14,11 @@ from processes import wait_for_line
 
 import gptlib.cli
 import gptlib.run
+import gptlib.signals
 from gptlib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from gptlib.claim import claim, output_path
 from gptlib.cli import build_parser, main
-from gptlib.run import claim, output_path, random_states, restore_random_states
+from gptlib.run import random_states, restore_random_states
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # dropout > 0, so the torch generator's state matters for an exact resume as much as the windows'
@@ -486,7 +488,7 @@ def test_the_readme_command_sequence_overwrites_nothing():
 def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it():
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup
     try:
-        with gptlib.run.StopAtStepBoundary() as stop:
+        with gptlib.signals.StopAtStepBoundary() as stop:
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)

@@ -1,22 +1,19 @@
-"""A training run that loses nothing: where it saves, Ctrl-C at any moment, and exact resuming.
+"""The training run of `python -m gptlib train`, which loses nothing: Ctrl-C at any moment, a
+divergence, a full disk, and an exact resume.
 
-`python -m gptlib train` is these steps, in this order:
+`train_command` is the command's steps, in this order, each a function of this module:
 
-    out = output_path(args.out, data=..., resume=..., overwrite=...)  # refused before any work
-    with claim(out):                         # one writer per checkpoint path at a time
-        ...load the data, build the model...
-        run = TrainingRun(model, corpus, settings, ranks, device, compile=..., dtype=...)
-        run.resume(checkpoint)               # with --resume: step, history, optimiser, RNG
+    plan = plan_run(options, ranks, device)  # settings settled; refused before any work
+    with claim(plan.out):                    # one writer per checkpoint path at a time
+        run = build(plan)                    # the data read, the model built or resumed
         signals.mode = "defer"               # Ctrl-C, SIGTERM, SIGHUP: finish the step, stop
-        hist = run.train(signals.requested)  # gptlib.train.train_step, step after step
+        diverged = fit(run, plan, signals)   # TrainingRun.train: train_step, step after step
         signals.mode = "hold"                # a signal now waits for the save
-        run.save(out, ...)                   # atomic; never replaces a file it may not replace
-        ...final evaluation, skipped by a second signal; then the checkpoint is updated...
+        outcome = save(run, plan, diverged)  # atomic; never replaces a file it may not replace
+        report(run, plan, signals, outcome)  # final evaluation (a second signal skips it), samples
 
-Why Ctrl-C is deferred: a KeyboardInterrupt raised in the middle of a step lands after the batch
-was drawn (the generator moved on) but before the optimiser stepped, so the saved random state and
-the saved weights would disagree and a resumed run would not be the run that never stopped. A
-step is either done, or it never happened.
+`TrainingRun` holds the model, the optimiser, the schedule and the random states; its settings are
+a `gptlib.settings.TrainSettings`, saved in the checkpoint and read back on --resume.
 
 Random states (`random_states` / `restore_random_states`): the generator that draws the windows,
 torch's CPU generator (dropout on the CPU) and, on CUDA, the GPU's generator (dropout there). All
@@ -29,19 +26,59 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Callable
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
 from gptlib import distributed
-from gptlib.checkpoint import CheckpointError, save_checkpoint
+from gptlib.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    checkpoint_size,
+    free_bytes,
+    load_checkpoint,
+    save_checkpoint,
+    save_error,
+)
+from gptlib.claim import claim, output_path, same_file
 from gptlib.data import sample_batch
+from gptlib.device import DTYPES
 from gptlib.language import _
+from gptlib.large_text import mean_loss, read_corpus
+from gptlib.model import GPT
+from gptlib.needs import check_memory, check_space, check_step_time, no_space
+from gptlib.report import (
+    EXIT_DIVERGED,
+    PROG,
+    after_save,
+    check_saveable,
+    diverged_line,
+    divergence,
+)
+from gptlib.settings import (
+    DEFAULT_OUT,
+    RESUMABLE,
+    TrainOptions,
+    TrainSettings,
+    check_resume_shape,
+    chosen_device,
+    early_config,
+    model_config,
+    resolve_settings,
+    resume_changes,
+    shadowed_corpus_note,
+    warmup_note,
+)
+from gptlib.signals import StopSignals
 from gptlib.train import (
     Diverged,
     History,
-    estimate_loss,
-    eval_batches,
     learning_rate,
     make_optimizer,
     train_step,
@@ -85,7 +122,7 @@ EVAL_BATCHES = 10  # batches of each validation loss during training, as in `tra
 
 
 class TrainingRun:
-    """The command line's training: steps `start` .. `settings["steps"] - 1` of one schedule, each
+    """The command line's training: steps `start` .. `settings.steps - 1` of one schedule, each
     of them `gptlib.train.train_step`, the step notebook 10 teaches, with what a long run adds:
 
     - the forward pass through DistributedDataParallel under torchrun, `torch.compile`
@@ -99,14 +136,24 @@ class TrainingRun:
       it; `states_to_save` then gives the random states after the last finished step.
     """
 
-    def __init__(self, model, corpus, settings, ranks, device, *, compile=False, dtype=None):
+    def __init__(
+        self,
+        model,
+        corpus,
+        settings: TrainSettings,
+        *,
+        ranks: distributed.Ranks,
+        device: torch.device,
+        compile: bool = False,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         self.model, self.corpus, self.settings = model, corpus, settings
         self.ranks, self.device, self.compile, self.dtype = ranks, device, compile, dtype
-        self.optimizer = make_optimizer(model, settings["lr"])
-        seed = distributed.rank_seed(settings["seed"], ranks.rank)
+        self.optimizer = make_optimizer(model, settings.lr)
+        seed = distributed.rank_seed(settings.seed, ranks.rank)
         self.batches = torch.Generator().manual_seed(seed)
         self.start, self.step, self.history = 0, 0, History()
-        self.total = settings["steps"]
+        self.total = settings.steps
         self.kept = random_states(self.batches, device)
         # The last state whose validation loss was healthy (see `healthy`), in CPU memory, kept
         # for a divergence to fall back on; a single process only (under torchrun a divergence
@@ -142,7 +189,7 @@ class TrainingRun:
     def lr(self, step: int) -> float:
         """Warmup, then the schedule down to a tenth of the peak at the run's last step."""
         s = self.settings
-        return learning_rate(step, s["lr"], s["warmup"], self.total, s["schedule"], s["lr"] / 10)
+        return learning_rate(step, s.lr, s.warmup, self.total, s.schedule, s.lr / 10)
 
     def train(self, should_stop: Callable[[], bool], on_step=None) -> History:
         """Run the steps left, calling `on_step(history)` after each; stop after a step once
@@ -159,16 +206,16 @@ class TrainingRun:
         try:
             for step in range(self.start, self.total):
                 self.step = step
-                B, T = s["batch_size"], model.cfg.block_size
+                B, T = s.batch_size, model.cfg.block_size
                 idx, labels = sample_batch(tokens, B, T, self.batches, self.device)
-                if idx.dtype != torch.long:  # a large text's compact tokens (`cli._load`)
+                if idx.dtype != torch.long:  # a large text's compact tokens (`gptlib.large_text`)
                     idx, labels = idx.long(), labels.long()
                 lr = self.lr(step)
                 step_out = train_step(
                     model, self.optimizer, idx, labels, lr, CLIP, step=step, forward=forward
                 )
                 hist.record(step, lr, *step_out)
-                evaluated = val is not None and (step % s["eval_every"] == 0 or step == last)
+                evaluated = val is not None and (step % s.eval_every == 0 or step == last)
                 if evaluated:
                     hist.record_val(step, mean_loss(model, val, B, EVAL_BATCHES))
                 self.kept = random_states(self.batches, self.device)  # kept if the next diverges
@@ -285,13 +332,13 @@ class TrainingRun:
         s, corpus = self.settings, self.corpus
         fingerprint = corpus_fingerprint(corpus)
         training = {
-            "settings": s,
+            "settings": s.as_saved(),
             "corpus": {"name": corpus.name, "reading": corpus.reading,
                        "vocab_size": corpus.vocab_size, "fingerprint": fingerprint},
             "world_size": self.ranks.world_size,
             "rng": states,
         }  # fmt: skip
-        extra = {"data": s["data"], "preset": s["preset"], **summary}
+        extra = {"data": s.data, "preset": s.preset, **summary}
         optimizer = self.optimizer if with_optimizer else None
         stem, ext = os.path.splitext(out)
         for path in [out, *(f"{stem}-{n}{ext or '.pt'}" for n in range(1, 1000))]:
@@ -303,23 +350,6 @@ class TrainingRun:
             except FileExistsError:
                 continue
         raise CheckpointError(f"could not find a free name beside {out!r} to save the run")
-
-
-def mean_loss(model, tokens: torch.Tensor, batch_size: int, n_batches: int, seed=1234) -> float:
-    """`gptlib.train.estimate_loss`, also for tokens kept in a smaller integer type than the
-    model reads (a large text read by the command line): the same windows, made long integers
-    one batch at a time."""
-    if tokens.dtype == torch.long:
-        return estimate_loss(model, tokens, batch_size, n_batches, seed)
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        losses = [
-            model(idx.long(), labels.long())[1].item()
-            for idx, labels in eval_batches(model, tokens, batch_size, n_batches, seed)
-        ]
-    model.train(was_training)
-    return sum(losses) / len(losses)
 
 
 def corpus_fingerprint(corpus, chunk: int = 1 << 20) -> str:
@@ -345,3 +375,396 @@ def _cpu_copy(value):
     if isinstance(value, list | tuple):
         return type(value)(_cpu_copy(v) for v in value)
     return value
+
+
+# -- the train command ----------------------------------------------------------------------------
+
+EXIT_NOT_SAVED = 1
+RESCUE_PREFIX = "gptlib-rescued-"
+
+
+@dataclass(kw_only=True)
+class TrainPlan:
+    """What the train command settled before any work: the options as given, the settings, the
+    checkpoint it resumes (None for a new run), where it saves, its processes and device, the
+    notes printed before the first step and {setting: (saved, given)} a resumed run changes."""
+
+    options: TrainOptions
+    settings: TrainSettings
+    resumed: Checkpoint | None
+    out: str
+    ranks: distributed.Ranks
+    device: torch.device
+    notes: list[str | None]
+    changes: dict[str, tuple]
+
+    @property
+    def with_optimizer(self) -> bool:
+        return not self.options.no_optimizer_state
+
+    def say(self, *args, **kwargs) -> None:
+        """`print`, in the main process only (the one that prints, evaluates and saves)."""
+        if self.ranks.is_main:
+            print(*args, **kwargs)
+
+
+@dataclass(kw_only=True)
+class Outcome:
+    """How the steps ended: the divergence that stopped them, if one did, with where the loss left
+    its range (step, loss, lr); the random states saved; the path saved (None: nowhere)."""
+
+    diverged: Diverged | None = None
+    left: tuple[int, float, float] | None = None
+    states: list[dict] = field(default_factory=list)
+    saved: str | None = None
+
+
+def train_command(options: TrainOptions, signals: StopSignals) -> int:
+    """`python -m gptlib train`, its steps in order: settle the settings and check what can be
+    checked before the data is read (`plan`), claim the checkpoint's path, read the data and
+    build the model (`build`), train (`fit`), save (`save`), report (`report`). Every check that
+    can fail runs before the first step. Ctrl-C, SIGTERM and SIGHUP stop the steps after the
+    current one (`signals.mode`), and wait for the save.
+
+    Taught in notebook 16 (gpt2)."""
+    try:
+        ranks, device = distributed.setup(chosen_device(options.device))
+        plan = plan_run(options, ranks, device)
+        with _claimed(plan):
+            run = build(plan)
+            if ranks.is_main:  # room for the checkpoint, before the first step
+                check_space(plan.out, checkpoint_size(run.model, plan.with_optimizer, run.total))
+                signals.kept = partial(_kept_line, plan.out)
+            signals.mode = "defer"
+            try:
+                said = _("training: Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT) stops after the current "
+                         "step and saves to {out}")  # fmt: skip
+                plan.say(said.format(out=plan.out))
+                diverged = fit(run, plan, signals)
+                signals.mode = "hold"  # from here to the end of the save, a signal waits for it
+                outcome = save(run, plan, diverged)
+            finally:
+                signals.mode = "raise"
+            code = report(run, plan, signals, outcome) if ranks.is_main else 0
+        distributed.finish()  # only after success: a failed rank must not wait for the others
+        return code
+    finally:
+        distributed.teardown()
+
+
+def plan_run(options: TrainOptions, ranks: distributed.Ranks, device: torch.device) -> TrainPlan:
+    """The settings settled, and the checks that need no data done, before the data is read."""
+    ck = _resumed(options.resume, device) if options.resume else None
+    before = ck.training["settings"] if ck is not None else None
+    settings = resolve_settings(options, before)
+    notes = [shadowed_corpus_note(settings.data), warmup_note(settings)]
+    changes = resume_changes(options, before) if ck is not None else {}
+    if ck is not None:
+        check_resume_shape(options, ck)
+    check_memory(early_config(options, settings, ck), settings.batch_size, device)
+    out = options.out or (options.resume if options.resume else DEFAULT_OUT)
+    if ranks.is_main:
+        out = output_path(
+            out, data=settings.data, resume=options.resume, overwrite=options.overwrite
+        )
+    return TrainPlan(
+        options=options,
+        settings=settings,
+        resumed=ck,
+        out=out,
+        ranks=ranks,
+        device=device,
+        notes=notes,
+        changes=changes,
+    )
+
+
+def _resumed(path: str, device: torch.device) -> Checkpoint:
+    """The checkpoint to continue, or refuse with the reason."""
+    ck = load_checkpoint(path, device)
+    if ck.training is None or ck.step is None or ck.history is None:
+        said = _("{path} holds no training state (written by an older gptlib or by hand); it "
+                 "can be sampled from, but a run cannot continue from it")  # fmt: skip
+        raise ValueError(said.format(path=repr(path)))
+    if ck.optimizer_state is None:
+        said = _("{path} was saved with --no-optimizer-state, so its run cannot continue "
+                 "exactly; start a new run, or train without --no-optimizer-state")  # fmt: skip
+        raise ValueError(said.format(path=repr(path)))
+    return ck
+
+
+@contextmanager
+def _claimed(plan: TrainPlan) -> Iterator[None]:
+    """The checkpoint's path held by this run (`gptlib.claim.claim`, in the main process only),
+    with a note for the temporary files an earlier run killed while saving left beside it."""
+    if not plan.ranks.is_main:
+        yield
+        return
+    with claim(plan.out) as removed:
+        if removed:
+            said = _("note: removed {n} temporary file(s) that an earlier run killed while "
+                     "saving left beside {out}")  # fmt: skip
+            plan.notes.append(said.format(n=len(removed), out=plan.out))
+        yield
+
+
+def build(plan: TrainPlan) -> TrainingRun:
+    """The data read, the model built (or resumed), checked against this machine and described:
+    a run ready for its first step."""
+    options, settings, ck, device = plan.options, plan.settings, plan.resumed, plan.device
+    corpus = read_corpus(settings, plan.say)
+    if ck is not None:
+        _check_same_data(options, corpus, ck.training)
+    cfg = model_config(options, settings, corpus, ck)
+    corpus.check_fits(cfg.block_size)
+    check_memory(cfg, settings.batch_size, device)
+    check_step_time(cfg, settings.batch_size, device, options.max_step_seconds)
+    start, total = (ck.step if ck is not None else 0), settings.steps
+    if start >= total:
+        said = _("{run} is already at step {start} of its {total}; pass --steps with a larger "
+                 "total (more than {start}) to train further")  # fmt: skip
+        raise ValueError(said.format(run=repr(options.resume), start=start, total=total))
+    torch.manual_seed(settings.seed)
+    model = ck.model.train() if ck is not None else GPT(cfg).to(device)
+    _describe(plan, corpus, model)
+    run = TrainingRun(
+        model,
+        corpus,
+        settings,
+        ranks=plan.ranks,
+        device=device,
+        compile=options.compile,
+        dtype=DTYPES[options.dtype],
+    )
+    if ck is not None:
+        _resume_run(run, plan)
+        run.keep_start_as_healthy()
+    return run
+
+
+def _check_same_data(options: TrainOptions, corpus, training: dict) -> None:
+    if corpus_fingerprint(corpus) != training["corpus"]["fingerprint"]:
+        was = training["corpus"]
+        said = _("cannot resume {run} on different data: it was trained on {was} ({was_reading}, "
+                 "vocab {was_vocab}), this command reads {now} ({now_reading}, vocab {now_vocab}) "
+                 "and its tokens differ; resume with the same --data and --format, or start a "
+                 "new run without --resume")  # fmt: skip
+        raise ValueError(
+            said.format(
+                run=repr(options.resume),
+                was=repr(was["name"]),
+                was_reading=was["reading"],
+                was_vocab=was["vocab_size"],
+                now=repr(corpus.name),
+                now_reading=corpus.reading,
+                now_vocab=corpus.vocab_size,
+            )
+        )
+
+
+def _describe(plan: TrainPlan, corpus, model) -> None:
+    """The data, the device, the model and the notes, before the first step."""
+    cfg, ranks = model.cfg, plan.ranks
+    plan.say(_("data {name}: {reason}").format(name=corpus.name, reason=corpus.reason))
+    procs = _("  processes {n}").format(n=ranks.world_size) if ranks.distributed else ""
+    said = _("device {device}{processes}  vocab {vocab}  train/val tokens {train}/{val}")
+    plan.say(
+        said.format(
+            device=plan.device,
+            processes=procs,
+            vocab=cfg.vocab_size,
+            train=f"{corpus.train.numel():,}",
+            val=f"{corpus.val.numel():,}",
+        )
+    )
+    said = _("preset {preset}  parameters {n}  (L={L} d={d} h={h} T={T})")
+    plan.say(
+        said.format(
+            preset=plan.settings.preset,
+            n=f"{model.num_parameters():,}",
+            L=cfg.n_layer,
+            d=cfg.n_embd,
+            h=cfg.n_head,
+            T=cfg.block_size,
+        )
+    )
+    for note in plan.notes:
+        if note:
+            plan.say(note)
+
+
+def _resume_run(run: TrainingRun, plan: TrainPlan) -> None:
+    """Continue the resumed run, saying at which step and with which settings changed."""
+    note, changes = run.resume(plan.resumed), plan.changes
+    if note:
+        plan.say(note)
+    said = _("resuming {run} at step {start} of {total}")
+    plan.say(said.format(run=plan.options.resume, start=run.start, total=run.total))
+    if changes:
+        shown = ", ".join(
+            f"{RESUMABLE[k]} {_shown(a)} -> {_shown(b)}" for k, (a, b) in changes.items()
+        )
+        plan.say(_("changed from step {start}: {changes}").format(start=run.start, changes=shown))
+    if "seed" in changes:  # the saved random state gives way to the new seed's
+        seed = run.settings.seed
+        run.reseed(seed)
+        said = _("note: windows and dropout are drawn afresh from seed {seed} from step "
+                 "{start}, so the run is no longer the one that never stopped")  # fmt: skip
+        plan.say(said.format(seed=seed, start=run.start))
+
+
+def _shown(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def fit(run: TrainingRun, plan: TrainPlan, signals: StopSignals) -> Diverged | None:
+    """Train, with a progress bar, until the last step or a stop signal; the divergence that
+    stopped the run, if one did."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        initial=run.start,
+        total=run.total,
+        disable=plan.options.no_progress or not plan.ranks.is_main,
+        unit="step",
+        file=sys.stderr,
+    )
+
+    def on_step(hist):
+        post = {"loss": f"{hist.loss[-1]:.3f}"}
+        if hist.val_loss:
+            post[f"val@{hist.val_step[-1]}"] = f"{hist.val_loss[-1]:.3f}"
+        bar.set_postfix(post, refresh=False)
+        bar.update(1)  # shows this step's loss, set just above
+
+    try:
+        run.train(signals.requested, on_step)
+    except Diverged as e:
+        if plan.ranks.distributed:
+            said = _("{what}; under torchrun nothing was saved").format(what=divergence(e))
+            raise ValueError(said) from None
+        return e
+    finally:
+        bar.close()
+    return None
+
+
+def save(run: TrainingRun, plan: TrainPlan, diverged: Diverged | None) -> Outcome:
+    """After a divergence, back to the last healthy state; then the run saved (the main process),
+    or refused when nothing healthy is newer than its start."""
+    outcome = Outcome(diverged=diverged)
+    restored = False
+    if diverged is not None:
+        outcome.left = run.left_range(diverged)
+        restored = run.back_to_healthy()
+    outcome.states = run.states_to_save(diverged is not None)
+    if run.history.interrupted:
+        said = _("interrupted at step {done} of {total}: keeping what was learned so far")
+        plan.say(said.format(done=run.done, total=run.total))
+    if not plan.ranks.is_main:
+        return outcome
+    check_saveable(run, diverged, outcome.left, restored, plan.out)
+    resumed = plan.options.resume
+    overwrite = plan.options.overwrite or (resumed is not None and same_file(plan.out, resumed))
+    outcome.saved = _save_keeping_the_run(run, plan, outcome.states, overwrite)
+    return outcome
+
+
+def report(run: TrainingRun, plan: TrainPlan, signals: StopSignals, outcome: Outcome) -> int:
+    """Where the run was saved, or why it stopped; then the final evaluation and the samples
+    (`gptlib.report.after_save`). The exit code."""
+    saved, out = outcome.saved, plan.out
+    if saved is None:
+        return EXIT_NOT_SAVED
+    if saved != out and not os.path.basename(saved).startswith(RESCUE_PREFIX):
+        said = _("{out} appeared while training (written by something else) and was left alone")
+        print(said.format(out=out))
+    print(_("saved {path}").format(path=saved))
+    if outcome.diverged:
+        print(diverged_line(run, outcome.diverged, outcome.left, saved), file=sys.stderr)
+        return EXIT_DIVERGED
+    save_again = partial(_save_again, run, saved, outcome.states, plan.with_optimizer)
+    return after_save(run, plan.options, signals, saved, save_again)
+
+
+def _kept_line(out: str) -> str:
+    """What a run ended at once keeps: `out` as it was, with its step and age, or nothing."""
+    try:
+        age = max(0.0, time.time() - os.path.getmtime(out))
+    except OSError:
+        return _("nothing was saved, since this run had not saved yet")
+    said = _("{out} is kept as it was, saved {age} ago; the steps since then are lost")
+    return said.format(out=out, age=_age(age))
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return _("{n} s").format(n=f"{seconds:.0f}")
+    if seconds < 7200:
+        return _("{n} min").format(n=f"{seconds / 60:.0f}")
+    return _("{n} h").format(n=f"{seconds / 3600:.1f}")
+
+
+def _save_keeping_the_run(run: TrainingRun, plan: TrainPlan, states, overwrite: bool) -> str | None:
+    """Save the run to `out`; when that fails for want of space or of a name the file system
+    takes, or of a folder, to a new file in `out`'s folder, then in the system's temporary
+    folder, saying in one line what failed and where it went instead. Whatever was at `out`
+    stays whole (a save is atomic). None, after one line, when nowhere would take it; in a
+    terminal, the run waits in memory for space to be freed instead."""
+    out, with_optimizer = plan.out, plan.with_optimizer
+    need = checkpoint_size(run.model, with_optimizer, run.done)
+    while True:
+        failed = []
+        for path, replace in _places(out, overwrite, run.done):
+            free = free_bytes(path)
+            if free is not None and free < need:
+                failed.append((path, no_space(path, need, free)))
+                continue
+            try:
+                saved = run.save(path, {}, states, overwrite=replace, with_optimizer=with_optimizer)
+            except (OSError, RuntimeError) as e:
+                why = save_error(e)
+                if why is None:
+                    raise
+                failed.append((path, why))
+                continue
+            if failed:
+                said = _("could not save {out} ({why}); the run was saved to {path} instead")
+                print(said.format(out=failed[0][0], why=failed[0][1], path=saved), file=sys.stderr)
+            return saved
+        reasons = "; ".join(f"{path}: {why}" for path, why in failed)
+        if not sys.stdin.isatty():
+            said = _("{prog}: error: the run could not be saved anywhere ({reasons}); its "
+                     "{done} steps are lost")  # fmt: skip
+            print(
+                said.format(prog=f"{PROG} train", reasons=reasons, done=run.done), file=sys.stderr
+            )
+            return None
+        said = _("the run could not be saved anywhere ({reasons}); it is still in memory: free "
+                 "some space and press Enter to try again, or Ctrl-C to end without saving")  # fmt: skip
+        print(said.format(reasons=reasons), file=sys.stderr, flush=True)
+        try:
+            sys.stdin.readline()
+        except KeyboardInterrupt:
+            return None
+
+
+def _places(out: str, overwrite: bool, done: int) -> list[tuple[str, bool]]:
+    """Where a run is saved: `out`, then a new file in its folder, then in the system's
+    temporary folder (each a short name, for a file system that refused a long one)."""
+    name = f"{RESCUE_PREFIX}step{done}.pt"
+    folders = dict.fromkeys([os.path.dirname(os.path.abspath(out)), tempfile.gettempdir()])
+    return [(out, overwrite), *((os.path.join(folder, name), False) for folder in folders)]
+
+
+def _save_again(run, saved, states, with_optimizer, summary) -> None:
+    """Add the final evaluation to the checkpoint; a failure leaves the first save whole."""
+    try:
+        run.save(saved, summary, states, overwrite=True, with_optimizer=with_optimizer)
+    except (OSError, RuntimeError) as e:
+        why = save_error(e)
+        if why is None:
+            raise
+        said = _("note: the final evaluation could not be added to {path} ({why}); the "
+                 "checkpoint saved before it is kept whole")  # fmt: skip
+        print(said.format(path=saved, why=why))

@@ -52,6 +52,11 @@ def signal_name(signum: int) -> str:
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
+def stop_name(e: BaseException) -> str:
+    """The name of the signal a `Stopped` (or a plain KeyboardInterrupt: Ctrl-C) was raised for."""
+    return signal_name(getattr(e, "signum", signal.SIGINT))
+
+
 def exit_code(signum: int | None) -> int:
     """What a shell reports for a program stopped by the signal: 128 + its number."""
     return EXIT_INTERRUPTED if signum is None else 128 + signum

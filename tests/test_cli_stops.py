@@ -17,8 +17,11 @@ from processes import wait_for_line
 
 import gptlib.claim
 import gptlib.cli
+import gptlib.large_text
 import gptlib.needs
+import gptlib.report
 import gptlib.run
+import gptlib.samples
 from gptlib.checkpoint import load_checkpoint
 from gptlib.cli import main
 
@@ -124,7 +127,7 @@ def test_sigterm_twice_skips_the_final_evaluation(tmp_path, capsys, monkeypatch)
 @needs_main_thread
 def test_sigterm_in_the_final_evaluation_keeps_the_saved_run(tmp_path, capsys, monkeypatch, whole):
     out = tmp_path / "m.pt"
-    _send_when(monkeypatch, gptlib.cli, "estimate_loss", 2, signal.SIGTERM)
+    _send_when(monkeypatch, gptlib.report, "estimate_loss", 2, signal.SIGTERM)
     assert _train(out, samples="3") == 128 + signal.SIGTERM
     text = capsys.readouterr().out
     assert "final evaluation stopped" in text and "samples" not in text
@@ -274,7 +277,7 @@ def test_a_failing_final_evaluation_keeps_the_saved_run(tmp_path, capsys, monkey
         sizes.append(batch_size)
         raise RuntimeError("CUDA out of memory")
 
-    monkeypatch.setattr(gptlib.cli, "estimate_loss", out_of_memory)
+    monkeypatch.setattr(gptlib.report, "estimate_loss", out_of_memory)
     out = tmp_path / "m.pt"
     assert main(["train", *QUICK, "--batch-size", "3", "--steps", "3", "--out", str(out)]) == 0
     assert sizes == [3]  # the run's own batch size, not 32
@@ -366,13 +369,13 @@ def test_sampling_many_documents_goes_in_batches(tmp_path, capsys, monkeypatch):
     out = tmp_path / "n.pt"
     assert _train(out, "--steps", "1") == 0
     calls = []
-    real = gptlib.cli.sample_documents
+    real = gptlib.samples.sample_documents
 
     def counting(model, tokenizer, num, *a, **k):
         calls.append(num)
         return real(model, tokenizer, num, *a, **k)
 
-    monkeypatch.setattr(gptlib.cli, "sample_documents", counting)
+    monkeypatch.setattr(gptlib.samples, "sample_documents", counting)
     capsys.readouterr()
     main(["sample", str(out), "--num", "600", "--max-len", "4"])
     assert len(capsys.readouterr().out.splitlines()) == 600
@@ -418,7 +421,9 @@ def test_a_step_that_cannot_fit_in_memory_is_refused_before_the_data_is_read(
     tmp_path, capsys, monkeypatch
 ):
     monkeypatch.setattr(gptlib.needs, "available_memory", lambda device: 10**9)
-    monkeypatch.setattr(gptlib.cli, "load_corpus", lambda *a, **k: pytest.fail("data was read"))
+    monkeypatch.setattr(
+        gptlib.large_text, "load_corpus", lambda *a, **k: pytest.fail("data was read")
+    )
     argv = ["train", *QUICK, "--preset", "textbook", "--batch-size", "4096"]
     err = _refused_before_work([*argv, "--out", str(tmp_path / "x.pt")], capsys, tmp_path, "GB")
     assert "--batch-size 4096" in err and "free" in err

@@ -1,7 +1,5 @@
 """Where a run's checkpoint goes: the path refused before any work (`output_path`), then claimed
-by one run at a time (`claim`), a lock the kernel releases when its process dies.
-
-Not taught in a notebook: the command line's checkpoint path (notebook 16 runs the command)."""
+by one run at a time (`claim`), a lock the kernel releases when its process dies."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`python -m gptlib train ...`, `sample FILE ...` and `progress [NOTEBOOK_DIR]`: the parser, in
 the language in use, and `main`, which hands each command to its module (`gptlib.run`,
-`gptlib.samples`) and turns what they refuse into one line. Taught in notebook 16 (gpt2)."""
+`gptlib.samples`) and turns what they refuse into one line."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """The corpus of a training run, and a large file of running text read in pieces: its tokens
 kept in the smallest integer type that holds the vocabulary (one byte a character for up to 256
-symbols) rather than 8 bytes each, the same corpus `gptlib.data.load_corpus` reads whole.
-
-Not taught in a notebook: the command line's reading of a large text (notebook 16 runs the
-command)."""
+symbols) rather than 8 bytes each, the same corpus `gptlib.data.load_corpus` reads whole."""
 
 from __future__ import annotations
 

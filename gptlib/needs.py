@@ -1,7 +1,5 @@
 """What a training run needs, checked before any work: the memory of a step, the time of a
-step, the room for its checkpoint; each refused in one line that says what to change.
-
-Not taught in a notebook: the command line's checks (notebook 16 runs the command)."""
+step, the room for its checkpoint; each refused in one line that says what to change."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """The end of a training run, as the command line reports it: the final evaluation beside the
 bigram baseline (added to the saved checkpoint), the samples, and a divergence in one line that
-says where the loss left its range and how to go on.
-
-Not taught in a notebook: the command line's report (notebook 16 runs the command)."""
+says where the loss left its range and how to go on."""
 
 from __future__ import annotations
 

@@ -424,9 +424,7 @@ def train_command(options: TrainOptions, signals: StopSignals) -> int:
     checked before the data is read (`plan`), claim the checkpoint's path, read the data and
     build the model (`build`), train (`fit`), save (`save`), report (`report`). Every check that
     can fail runs before the first step. Ctrl-C, SIGTERM and SIGHUP stop the steps after the
-    current one (`signals.mode`), and wait for the save.
-
-    Taught in notebook 16 (gpt2)."""
+    current one (`signals.mode`), and wait for the save."""
     try:
         ranks, device = distributed.setup(chosen_device(options.device))
         plan = plan_run(options, ranks, device)

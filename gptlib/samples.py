@@ -1,7 +1,5 @@
 """`python -m gptlib sample`: samples printed from a checkpoint or a Hugging Face GPT-2 folder
-(`print_samples` also prints those at the end of a training run).
-
-Not taught in a notebook: the command line's samples (notebook 16 runs the command)."""
+(`print_samples` also prints those at the end of a training run)."""
 
 from __future__ import annotations
 

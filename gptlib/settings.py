@@ -1,8 +1,6 @@
 """What `python -m gptlib train` is asked to do, typed: `TrainOptions`, the command as given (None
 where a flag was left out), and `TrainSettings`, the ten settings of the run once each is settled
-(as given, else the resumed run's, else the default), the ones a checkpoint keeps.
-
-Not taught in a notebook: the command line's settings (notebook 16 runs the command)."""
+(as given, else the resumed run's, else the default), the ones a checkpoint keeps."""
 
 from __future__ import annotations
 

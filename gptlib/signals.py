@@ -5,9 +5,7 @@ checkpoint is written they wait for the save (`StopSignals`).
 Why Ctrl-C is deferred in training: a KeyboardInterrupt raised in the middle of a step lands after
 the batch was drawn (the generator moved on) but before the optimiser stepped, so the saved random
 state and the saved weights would disagree and a resumed run would not be the run that never
-stopped. A step is either done, or it never happened.
-
-Not taught in a notebook: the command line's signals (notebook 16 runs the command)."""
+stopped. A step is either done, or it never happened."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 PLUMBING = {"cli", "run", "checkpoint", "distributed", "device", "_early_signals", "__main__"}
+PLUMBING |= {"settings", "signals", "claim", "needs", "large_text", "samples", "report"}
 
 TAUGHT = re.compile(r"Taught in notebook (\d\d) \(([^()]+)\)\.")
 COMMAND_LINE = "Used by the command line; no notebook teaches it."

@@ -421,7 +421,7 @@ class Outcome:
 
 def train_command(options: TrainOptions, signals: StopSignals) -> int:
     """`python -m gptlib train`, its steps in order: settle the settings and check what can be
-    checked before the data is read (`plan`), claim the checkpoint's path, read the data and
+    checked before the data is read (`plan_run`), claim the checkpoint's path, read the data and
     build the model (`build`), train (`fit`), save (`save`), report (`report`). Every check that
     can fail runs before the first step. Ctrl-C, SIGTERM and SIGHUP stop the steps after the
     current one (`signals.mode`), and wait for the save."""

@@ -1,22 +1,19 @@
-"""A training run that loses nothing: where it saves, Ctrl-C at any moment, and exact resuming.
+"""The training run of `python -m gptlib train`, which loses nothing: Ctrl-C at any moment, a
+divergence, a full disk, and an exact resume.
 
-`python -m gptlib train` is these steps, in this order:
+`train_command` is the command's steps, in this order, each a function of this module:
 
-    out = output_path(args.out, data=..., resume=..., overwrite=...)  # refused before any work
-    with claim(out):                         # one writer per checkpoint path at a time
-        ...load the data, build the model...
-        run = TrainingRun(model, corpus, settings, ranks, device, compile=..., dtype=...)
-        run.resume(checkpoint)               # with --resume: step, history, optimiser, RNG
+    plan = plan_run(options, ranks, device)  # settings settled; refused before any work
+    with claim(plan.out):                    # one writer per checkpoint path at a time
+        run = build(plan)                    # the data read, the model built or resumed
         signals.mode = "defer"               # Ctrl-C, SIGTERM, SIGHUP: finish the step, stop
-        hist = run.train(signals.requested)  # gptlib.train.train_step, step after step
+        diverged = fit(run, plan, signals)   # TrainingRun.train: train_step, step after step
         signals.mode = "hold"                # a signal now waits for the save
-        run.save(out, ...)                   # atomic; never replaces a file it may not replace
-        ...final evaluation, skipped by a second signal; then the checkpoint is updated...
+        outcome = save(run, plan, diverged)  # atomic; never replaces a file it may not replace
+        report(run, plan, signals, outcome)  # final evaluation (a second signal skips it), samples
 
-Why Ctrl-C is deferred: a KeyboardInterrupt raised in the middle of a step lands after the batch
-was drawn (the generator moved on) but before the optimiser stepped, so the saved random state and
-the saved weights would disagree and a resumed run would not be the run that never stopped. A
-step is either done, or it never happened.
+`TrainingRun` holds the model, the optimiser, the schedule and the random states; its settings are
+a `gptlib.settings.TrainSettings`, saved in the checkpoint and read back on --resume.
 
 Random states (`random_states` / `restore_random_states`): the generator that draws the windows,
 torch's CPU generator (dropout on the CPU) and, on CUDA, the GPU's generator (dropout there). All
@@ -29,488 +26,63 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
-import shlex
-import signal
-import socket
-import stat
 import sys
-import threading
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
 from gptlib import distributed
 from gptlib.checkpoint import (
-    RUN_TOKEN,
+    Checkpoint,
     CheckpointError,
-    check_writable,
-    existing_folder,
-    file_kind,
+    checkpoint_size,
     free_bytes,
     load_checkpoint,
     save_checkpoint,
-    temporary_name_pattern,
+    save_error,
 )
+from gptlib.claim import claim, output_path, same_file
 from gptlib.data import sample_batch
+from gptlib.device import DTYPES
 from gptlib.language import _
-from gptlib.model import parameter_formula
+from gptlib.large_text import mean_loss, read_corpus
+from gptlib.model import GPT
+from gptlib.needs import check_memory, check_space, check_step_time, no_space
+from gptlib.report import (
+    EXIT_DIVERGED,
+    PROG,
+    after_save,
+    check_saveable,
+    diverged_line,
+    divergence,
+)
+from gptlib.settings import (
+    DEFAULT_OUT,
+    RESUMABLE,
+    TrainOptions,
+    TrainSettings,
+    check_resume_shape,
+    chosen_device,
+    early_config,
+    model_config,
+    resolve_settings,
+    resume_changes,
+    shadowed_corpus_note,
+    warmup_note,
+)
+from gptlib.signals import StopSignals
 from gptlib.train import (
     Diverged,
     History,
-    estimate_loss,
-    eval_batches,
     learning_rate,
     make_optimizer,
     train_step,
 )
-
-try:  # POSIX: a lock the kernel releases when its process dies, however it dies
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None
-
-EXIT_INTERRUPTED = 130  # what a shell reports for a program stopped by Ctrl-C (128 + SIGINT)
-
-
-# -- where the checkpoint goes -------------------------------------------------------------------
-
-
-def output_path(
-    out: str,
-    *,
-    data: str | None = None,
-    resume: str | None = None,
-    overwrite: bool = False,
-) -> str:
-    """`out` as the run will write it, or a ValueError saying why not, before any work is done.
-
-    Refused: a folder (an existing one, or a path ending in a separator); the data file itself;
-    an existing file, unless `overwrite` or it is the checkpoint being resumed (that run
-    continues in place).
-    """
-    if out.endswith(("/", os.sep)) or os.path.isdir(out):
-        name = os.path.join(out, "model.pt")
-        said = _("--out {out} names a folder; the checkpoint is one file: give a file name "
-                 "such as --out {name}")  # fmt: skip
-        raise ValueError(said.format(out=repr(out), name=shlex.quote(name)))
-    if os.path.islink(out) and not os.path.exists(out):
-        said = _("--out {out} is a symbolic link to {target}, which does not exist; give the "
-                 "path the checkpoint should have, or remove the link")  # fmt: skip
-        raise ValueError(said.format(out=repr(out), target=repr(os.readlink(out))))
-    kind = file_kind(out)
-    if kind is not None:  # a device, a pipe, a socket: never replaced, --overwrite or not
-        said = _("--out {out} is {kind}, not a regular file, and is never written, with or "
-                 "without --overwrite; give the path of a checkpoint file, such as "
-                 "runs/model.pt")  # fmt: skip
-        raise ValueError(said.format(out=repr(out), kind=kind))
-    if data is not None and os.path.isfile(data) and same_file(out, data):
-        said = _("--out {out} is the data file given with --data; training would replace your "
-                 "text with a checkpoint: choose another --out, such as runs/model.pt")  # fmt: skip
-        raise ValueError(said.format(out=repr(out)))
-    if os.path.exists(out):
-        if resume is not None and same_file(out, resume):
-            return out  # resuming in place: the run owns this file
-        what, ours = _describe(out)
-        if not overwrite:
-            said = _("--out {out} already exists ({what}); nothing was replaced. Choose another "
-                     "--out, continue that run with --resume {path}, or pass --overwrite to "
-                     "replace it")  # fmt: skip
-            said = said if ours else _("--out {out} already exists ({what}); nothing was "
-                                       "replaced: choose another --out")  # fmt: skip
-            raise ValueError(said.format(out=repr(out), what=what, path=shlex.quote(out)))
-        if not ours:
-            said = _("--out {out} is {what}; --overwrite replaces only a checkpoint written by "
-                     "gptlib, so it was left alone: choose another --out")  # fmt: skip
-            raise ValueError(said.format(out=repr(out), what=what))
-    check_writable(out)
-    return out
-
-
-def same_file(a: str, b: str) -> bool:
-    """True when both paths name one file (links and relative paths resolved)."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _describe(path: str) -> tuple[str, bool]:
-    """A few words on what is at `path` (a regular file), and whether it is a gptlib checkpoint
-    (recognised by its content, not its name)."""
-    try:
-        ck = load_checkpoint(path)
-    except (CheckpointError, OSError):
-        said = _("a file of {size} bytes that is not a gptlib checkpoint")
-        return said.format(size=f"{os.path.getsize(path):,}"), False
-    data = (ck.extra or {}).get("data")
-    if ck.step is None:
-        return _("a checkpoint"), True
-    if data:
-        said = _("a checkpoint at step {step} trained on {data}")
-        return said.format(step=ck.step, data=data), True
-    return _("a checkpoint at step {step}").format(step=ck.step), True
-
-
-def lock_path(out: str) -> str:
-    """The lock that claims `out`: a hidden file beside it whose name says what it is (never a
-    name a user picks, like `OUT.lock`)."""
-    folder, base = os.path.split(os.path.abspath(out))
-    base = base.encode()[:200].decode(errors="ignore")  # within the 255 bytes of a name
-    return os.path.join(folder, f".{base}.gptlib-lock")
-
-
-LOCK_MARK = "gptlib training run, process "
-
-
-@contextmanager
-def claim(out: str) -> Iterator[list[str]]:
-    """Hold `out` for this run: a second run given the same `--out` is refused at start-up
-    instead of silently replacing what the first one saves.
-
-    The claim is a lock on `lock_path(out)`, taken without waiting and removed when the run ends
-    (the kernel releases the lock if the process dies, so a crash never leaves a claim that
-    blocks: the next run takes the file over). Only a file that is a gptlib lock is ever locked,
-    rewritten or removed. Holding the claim, it removes the temporary files that a run killed
-    while saving `out` left beside it (`kill -9`, a power cut), and yields their names.
-    """
-    path = lock_path(out)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, before = _take_lock(out, path)
-    _HELD_LOCKS.append(path)
-    try:
-        removed = []
-        token = _lock_token(before)
-        for tmp in orphaned_temporary_files(out, token) if token else []:
-            try:
-                os.remove(tmp)
-                removed.append(tmp)
-            except FileNotFoundError:
-                pass
-        yield removed
-    finally:
-        _HELD_LOCKS.remove(path)
-        _remove(path)  # removed while still locked, so no one locks a file about to go
-        os.close(fd)
-
-
-# The locks this process holds: a process ended at once (a second Ctrl-C in a step that does not
-# end) removes them on its way out.
-_HELD_LOCKS: list[str] = []
-
-
-def _take_lock(out: str, path: str) -> tuple[int, str]:
-    """The lock on `path`, and what the file said before (a run killed while holding it left its
-    process id and token there)."""
-    while True:
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666)
-        except FileExistsError:
-            if fcntl is None:  # no advisory locks: the file itself is the claim
-                raise _busy(out, path) from None
-            try:
-                fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
-            except FileNotFoundError:
-                continue  # its run ended between our two opens: try again
-            except OSError:
-                raise _foreign(out, path) from None
-            if not _holds_lock_mark(fd):
-                os.close(fd)
-                raise _foreign(out, path) from None
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                raise _busy(out, path) from None
-            # The holder before us may have removed the file between our open and our lock: then
-            # we hold a lock nobody else can see. Lock the file that is there now instead.
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:
-                os.close(fd)
-                continue
-        before = os.pread(fd, 400, 0).decode(errors="replace")
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{LOCK_MARK}{os.getpid()} token {RUN_TOKEN}\n".encode())
-        return fd, before
-
-
-def _lock_token(text: str) -> str | None:
-    """The token a run recorded in its lock (None for a lock without one)."""
-    match = re.search(r" token ([0-9a-f]+)\s*$", text)
-    return match[1] if match and text.startswith(LOCK_MARK) else None
-
-
-def _holds_lock_mark(fd: int) -> bool:
-    """True for a gptlib lock (or one being created: still empty); False for anything else."""
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        return False
-    head = os.pread(fd, 200, 0)
-    return not head or head.startswith(LOCK_MARK.encode())
-
-
-def orphaned_temporary_files(out: str, token: str = RUN_TOKEN) -> list[str]:
-    """The temporary files a save of `out` by the process whose token is `token` left, if it was
-    killed before it ended (a user's file of a similar name is never one of them)."""
-    folder = os.path.dirname(os.path.abspath(out))
-    pattern = temporary_name_pattern(out, token)
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    return [os.path.join(folder, n) for n in sorted(names) if pattern.fullmatch(n)]
-
-
-def _busy(out: str, path: str) -> ValueError:
-    try:
-        with open(path) as f:
-            text = f.read(200)
-    except OSError:
-        text = ""
-    pid = (text[len(LOCK_MARK) :].split() or [""])[0] if text.startswith(LOCK_MARK) else ""
-    who = _("process {pid}").format(pid=pid) if pid else _("another process")
-    if fcntl is None:
-        said = _("another training run ({who}) is writing {out} (it holds {path}); wait for it "
-                 "to finish, or choose another --out; if no run is going, remove that file")  # fmt: skip
-        return ValueError(said.format(who=who, out=repr(out), path=repr(path)))
-    said = _("another training run ({who}) is writing {out} right now; wait for it to finish, "
-             "or choose another --out")  # fmt: skip
-    return ValueError(said.format(who=who, out=repr(out)))
-
-
-def _foreign(out: str, path: str) -> ValueError:
-    said = _("{path}, the name gptlib locks to claim --out {out}, is a file gptlib did not "
-             "write; it was left alone: move it away, or choose another --out")  # fmt: skip
-    return ValueError(said.format(path=repr(path), out=repr(out)))
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-
-
-# -- Ctrl-C, SIGTERM and SIGHUP -----------------------------------------------------------------
-
-# The ways a run is asked to stop: Ctrl-C (SIGINT); `kill`, `docker stop`, a scheduler's
-# preemption or time limit (SIGTERM); a closed terminal or ssh connection (SIGHUP); the quit key
-# (Ctrl-backslash, SIGQUIT), which would otherwise end the process at once with a core dump.
-STOP_SIGNALS = tuple(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
-    if hasattr(signal, name)
-)
-
-# After a second stop signal, the step still running gets this many seconds to end before the
-# process ends at once (a Python handler cannot run inside a long tensor operation).
-STUCK_STEP_SECONDS = 3.0
-
-
-def signal_name(signum: int) -> str:
-    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-
-
-def exit_code(signum: int | None) -> int:
-    """What a shell reports for a program stopped by the signal: 128 + its number."""
-    return EXIT_INTERRUPTED if signum is None else 128 + signum
-
-
-class Stopped(KeyboardInterrupt):
-    """A stop signal where the work may be cut short: at start-up (nothing to keep yet), in the
-    final evaluation and in the samples (the run is saved by then). A KeyboardInterrupt, so code
-    that stops cleanly on Ctrl-C stops cleanly on the others too."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal_name(signum))
-        self.signum = signum
-
-
-def _in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-def _early_signals() -> list[int]:
-    """The stop signals that arrived while `python -m gptlib` imported the library (kept by
-    gptlib/__init__.py), before a `StopSignals` took over."""
-    from gptlib import _early_signals
-
-    return _early_signals.received
-
-
-class StopSignals:
-    """One handler for SIGINT, SIGTERM, SIGHUP and SIGQUIT over a whole command, in one of three
-    modes:
-
-    - "raise" (start-up, final evaluation, samples): raise `Stopped`, cutting the work short;
-    - "defer" (training): note it; `requested()` tells the loop to stop after the current step
-      (under torchrun, once any rank's was: every rank must stop after the same step, or the
-      others would wait for it forever);
-    - "hold" (while the checkpoint is written): note it and carry on.
-
-    `received` lists the signals in order: the first one sets the exit code (128 + signal), a
-    second one skips the final evaluation. A signal the process was started with ignored
-    (`nohup` ignores SIGHUP, a background job of a script SIGINT) stays ignored; outside the main
-    thread (no signal handlers there) it is inert.
-    """
-
-    def __init__(self, say: Callable[[str], None] = print, mode: str = "raise") -> None:
-        self.say = say
-        self.mode = mode
-        self.received: list[int] = []
-        self._previous: dict[int, object] = {}
-        self.boundaries = 0  # step boundaries passed (`requested` calls)
-        # What is kept if the process has to end at once: a line, computed when it happens.
-        self.kept: Callable[[], str] | None = None
-        self._watch: tuple[socket.socket, socket.socket, int] | None = None
-
-    @property
-    def presses(self) -> int:
-        return len(self.received)
-
-    @property
-    def first(self) -> int | None:
-        return self.received[0] if self.received else None
-
-    def _handle(self, signum, frame) -> None:
-        self.received.append(signum)
-        if self.mode == "raise":
-            raise Stopped(signum)
-        name = signal_name(signum)
-        if self.mode == "hold":
-            self.say("\n" + _("{signal}: saving, one moment").format(signal=name))
-        elif len(self.received) == 1:
-            said = _("{signal}: finishing this step, then saving (Ctrl-C or another signal "
-                     "skips the final evaluation)")  # fmt: skip
-            self.say("\n" + said.format(signal=name))
-        else:
-            said = _("{signal}: the final evaluation will be skipped; saving")
-            self.say("\n" + said.format(signal=name))
-
-    def requested(self) -> bool:
-        self.boundaries += 1
-        local = bool(self.received)
-        if not torch.distributed.is_initialized():
-            return local
-        flag = torch.tensor([float(local)], device=distributed.collective_device())
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return bool(flag.item())
-
-    @contextmanager
-    def mode_of(self, mode: str) -> Iterator[StopSignals]:
-        before, self.mode = self.mode, mode
-        try:
-            yield self
-        finally:
-            self.mode = before
-
-    def deferred(self):
-        return self.mode_of("defer")
-
-    def held(self):
-        return self.mode_of("hold")
-
-    def __enter__(self) -> StopSignals:
-        if _in_main_thread():
-            for signum in STOP_SIGNALS:
-                if signal.getsignal(signum) is not signal.SIG_IGN:
-                    self._previous[signum] = signal.signal(signum, self._handle)
-            self._start_watch()
-        return self
-
-    # A Python signal handler runs only between two bytecodes of the main thread, so during one
-    # long tensor operation (a step of a huge block size) it waits for the operation to end.
-    # The C part of the handler still writes the signal's number to the "wakeup fd" at once;
-    # a thread reads it there and, on a second stop signal while a step is still running, ends
-    # the process when that step has not ended within STUCK_STEP_SECONDS.
-
-    def _start_watch(self) -> None:
-        if not self._previous or not hasattr(signal, "set_wakeup_fd"):
-            return
-        reader, writer = socket.socketpair()
-        reader.setblocking(True)
-        writer.setblocking(False)
-        try:
-            before = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-        except (ValueError, OSError):
-            reader.close()
-            writer.close()
-            return
-        if before != -1:  # someone else's (an event loop): theirs stays
-            signal.set_wakeup_fd(before)
-            reader.close()
-            writer.close()
-            return
-        self._watch = (reader, writer, before)
-        threading.Thread(target=self._watch_signals, args=(reader,), daemon=True).start()
-
-    def _watch_signals(self, reader: socket.socket) -> None:
-        arrived: list[int] = []
-        while True:
-            try:
-                data = reader.recv(64)
-            except OSError:
-                return
-            if not data:
-                return
-            arrived += [b for b in data if b in STOP_SIGNALS]
-            if len(arrived) >= 2 and self.mode == "defer":
-                mark, deadline = self.boundaries, time.monotonic() + STUCK_STEP_SECONDS
-                while time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    if self.mode != "defer" or self.boundaries != mark:
-                        break
-                else:
-                    self._end_now(arrived[0])
-
-    def _end_now(self, first: int) -> None:
-        """End the process at once, from the watching thread: nothing is being written (no save
-        runs in "defer" mode), the locks are removed, and a line says what is kept."""
-        said = _("{signal} again: the step still running did not end within {seconds} s, so the "
-                 "run ended at once; {kept}")  # fmt: skip
-        kept = self.kept() if self.kept is not None else _("this run saved nothing")
-        line = said.format(signal=signal_name(first), seconds=f"{STUCK_STEP_SECONDS:g}", kept=kept)
-        try:
-            sys.stdout.flush()
-        except (OSError, ValueError):
-            pass
-        os.write(2, ("\n" + line + "\n").encode())
-        for path in list(_HELD_LOCKS):
-            _remove(path)
-        os._exit(exit_code(first))
-
-    def take_early(self) -> None:
-        """Handle, in this mode, the stop signals that arrived during the imports."""
-        early = _early_signals()
-        while early and self._previous:
-            signum = early.pop(0)
-            if signum in self._previous:
-                self._handle(signum, None)
-
-    def __exit__(self, *exc) -> None:
-        if self._watch is not None:
-            reader, writer, before = self._watch
-            signal.set_wakeup_fd(before)
-            writer.close()
-            reader.close()
-            self._watch = None
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
-
-
-class StopAtStepBoundary(StopSignals):
-    """While active, Ctrl-C, SIGTERM and SIGHUP ask the run to stop instead of raising
-    KeyboardInterrupt mid-step; `requested()` is what `TrainingRun.train` polls."""
-
-    def __init__(self, say: Callable[[str], None] = print) -> None:
-        super().__init__(say, mode="defer")
-
 
 # -- random states --------------------------------------------------------------------------------
 
@@ -550,7 +122,7 @@ EVAL_BATCHES = 10  # batches of each validation loss during training, as in `tra
 
 
 class TrainingRun:
-    """The command line's training: steps `start` .. `settings["steps"] - 1` of one schedule, each
+    """The command line's training: steps `start` .. `settings.steps - 1` of one schedule, each
     of them `gptlib.train.train_step`, the step notebook 10 teaches, with what a long run adds:
 
     - the forward pass through DistributedDataParallel under torchrun, `torch.compile`
@@ -564,14 +136,24 @@ class TrainingRun:
       it; `states_to_save` then gives the random states after the last finished step.
     """
 
-    def __init__(self, model, corpus, settings, ranks, device, *, compile=False, dtype=None):
+    def __init__(
+        self,
+        model,
+        corpus,
+        settings: TrainSettings,
+        *,
+        ranks: distributed.Ranks,
+        device: torch.device,
+        compile: bool = False,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         self.model, self.corpus, self.settings = model, corpus, settings
         self.ranks, self.device, self.compile, self.dtype = ranks, device, compile, dtype
-        self.optimizer = make_optimizer(model, settings["lr"])
-        seed = distributed.rank_seed(settings["seed"], ranks.rank)
+        self.optimizer = make_optimizer(model, settings.lr)
+        seed = distributed.rank_seed(settings.seed, ranks.rank)
         self.batches = torch.Generator().manual_seed(seed)
         self.start, self.step, self.history = 0, 0, History()
-        self.total = settings["steps"]
+        self.total = settings.steps
         self.kept = random_states(self.batches, device)
         # The last state whose validation loss was healthy (see `healthy`), in CPU memory, kept
         # for a divergence to fall back on; a single process only (under torchrun a divergence
@@ -607,7 +189,7 @@ class TrainingRun:
     def lr(self, step: int) -> float:
         """Warmup, then the schedule down to a tenth of the peak at the run's last step."""
         s = self.settings
-        return learning_rate(step, s["lr"], s["warmup"], self.total, s["schedule"], s["lr"] / 10)
+        return learning_rate(step, s.lr, s.warmup, self.total, s.schedule, s.lr / 10)
 
     def train(self, should_stop: Callable[[], bool], on_step=None) -> History:
         """Run the steps left, calling `on_step(history)` after each; stop after a step once
@@ -624,16 +206,16 @@ class TrainingRun:
         try:
             for step in range(self.start, self.total):
                 self.step = step
-                B, T = s["batch_size"], model.cfg.block_size
+                B, T = s.batch_size, model.cfg.block_size
                 idx, labels = sample_batch(tokens, B, T, self.batches, self.device)
-                if idx.dtype != torch.long:  # a large text's compact tokens (`cli._load`)
+                if idx.dtype != torch.long:  # a large text's compact tokens (`gptlib.large_text`)
                     idx, labels = idx.long(), labels.long()
                 lr = self.lr(step)
                 step_out = train_step(
                     model, self.optimizer, idx, labels, lr, CLIP, step=step, forward=forward
                 )
                 hist.record(step, lr, *step_out)
-                evaluated = val is not None and (step % s["eval_every"] == 0 or step == last)
+                evaluated = val is not None and (step % s.eval_every == 0 or step == last)
                 if evaluated:
                     hist.record_val(step, mean_loss(model, val, B, EVAL_BATCHES))
                 self.kept = random_states(self.batches, self.device)  # kept if the next diverges
@@ -750,13 +332,13 @@ class TrainingRun:
         s, corpus = self.settings, self.corpus
         fingerprint = corpus_fingerprint(corpus)
         training = {
-            "settings": s,
+            "settings": s.as_saved(),
             "corpus": {"name": corpus.name, "reading": corpus.reading,
                        "vocab_size": corpus.vocab_size, "fingerprint": fingerprint},
             "world_size": self.ranks.world_size,
             "rng": states,
         }  # fmt: skip
-        extra = {"data": s["data"], "preset": s["preset"], **summary}
+        extra = {"data": s.data, "preset": s.preset, **summary}
         optimizer = self.optimizer if with_optimizer else None
         stem, ext = os.path.splitext(out)
         for path in [out, *(f"{stem}-{n}{ext or '.pt'}" for n in range(1, 1000))]:
@@ -768,23 +350,6 @@ class TrainingRun:
             except FileExistsError:
                 continue
         raise CheckpointError(f"could not find a free name beside {out!r} to save the run")
-
-
-def mean_loss(model, tokens: torch.Tensor, batch_size: int, n_batches: int, seed=1234) -> float:
-    """`gptlib.train.estimate_loss`, also for tokens kept in a smaller integer type than the
-    model reads (a large text read by the command line): the same windows, made long integers
-    one batch at a time."""
-    if tokens.dtype == torch.long:
-        return estimate_loss(model, tokens, batch_size, n_batches, seed)
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        losses = [
-            model(idx.long(), labels.long())[1].item()
-            for idx, labels in eval_batches(model, tokens, batch_size, n_batches, seed)
-        ]
-    model.train(was_training)
-    return sum(losses) / len(losses)
 
 
 def corpus_fingerprint(corpus, chunk: int = 1 << 20) -> str:
@@ -812,134 +377,392 @@ def _cpu_copy(value):
     return value
 
 
-# -- what a run needs -----------------------------------------------------------------------------
+# -- the train command ----------------------------------------------------------------------------
+
+EXIT_NOT_SAVED = 1
+RESCUE_PREFIX = "gptlib-rescued-"
 
 
-def training_memory(cfg, batch_size: int) -> int:
-    """A lower bound, in bytes, on the memory one training step of `cfg` at `batch_size` holds:
-    the weights with their gradients and AdamW's two moments (16 bytes a parameter), the
-    activations autograd keeps for the backward pass, at least 10 floats per position and
-    feature in every block, and, for the written-out attention, one B x h x T x T table of
-    attention weights per block plus the one being computed; and the logits with their log-softmax.
-    A step needs more than this (temporary tensors, the allocator's slack); never less."""
-    B, T, d, L = batch_size, cfg.block_size, cfg.n_embd, cfg.n_layer
-    need = 16 * parameter_formula(cfg) + L * 10 * B * T * d * 4 + 2 * B * T * cfg.vocab_size * 4
-    if cfg.attention == "manual":
-        need += (L + 1) * B * cfg.n_head * T * T * 4
-    return need
+@dataclass(kw_only=True)
+class TrainPlan:
+    """What the train command settled before any work: the options as given, the settings, the
+    checkpoint it resumes (None for a new run), where it saves, its processes and device, the
+    notes printed before the first step and {setting: (saved, given)} a resumed run changes."""
+
+    options: TrainOptions
+    settings: TrainSettings
+    resumed: Checkpoint | None
+    out: str
+    ranks: distributed.Ranks
+    device: torch.device
+    notes: list[str | None]
+    changes: dict[str, tuple]
+
+    @property
+    def with_optimizer(self) -> bool:
+        return not self.options.no_optimizer_state
+
+    def say(self, *args, **kwargs) -> None:
+        """`print`, in the main process only (the one that prints, evaluates and saves)."""
+        if self.ranks.is_main:
+            print(*args, **kwargs)
 
 
-def available_memory(device: torch.device) -> int | None:
-    """Bytes free for a run on `device` (None where it cannot be told): on CUDA the device's free
-    memory, on a CPU the memory the operating system says it can still give."""
-    if device.type == "cuda":
-        try:
-            return torch.cuda.mem_get_info(device)[0]
-        except RuntimeError:
-            return None
-    if device.type != "cpu":
-        return None
+@dataclass(kw_only=True)
+class Outcome:
+    """How the steps ended: the divergence that stopped them, if one did, with where the loss left
+    its range (step, loss, lr); the random states saved; the path saved (None: nowhere)."""
+
+    diverged: Diverged | None = None
+    left: tuple[int, float, float] | None = None
+    states: list[dict] = field(default_factory=list)
+    saved: str | None = None
+
+
+def train_command(options: TrainOptions, signals: StopSignals) -> int:
+    """`python -m gptlib train`, its steps in order: settle the settings and check what can be
+    checked before the data is read (`plan_run`), claim the checkpoint's path, read the data and
+    build the model (`build`), train (`fit`), save (`save`), report (`report`). Every check that
+    can fail runs before the first step. Ctrl-C, SIGTERM and SIGHUP stop the steps after the
+    current one (`signals.mode`), and wait for the save."""
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+        ranks, device = distributed.setup(chosen_device(options.device))
+        plan = plan_run(options, ranks, device)
+        with _claimed(plan):
+            run = build(plan)
+            if ranks.is_main:  # room for the checkpoint, before the first step
+                check_space(plan.out, checkpoint_size(run.model, plan.with_optimizer, run.total))
+                signals.kept = partial(_kept_line, plan.out)
+            signals.mode = "defer"
+            try:
+                said = _("training: Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT) stops after the current "
+                         "step and saves to {out}")  # fmt: skip
+                plan.say(said.format(out=plan.out))
+                diverged = fit(run, plan, signals)
+                signals.mode = "hold"  # from here to the end of the save, a signal waits for it
+                outcome = save(run, plan, diverged)
+            finally:
+                signals.mode = "raise"
+            code = report(run, plan, signals, outcome) if ranks.is_main else 0
+        distributed.finish()  # only after success: a failed rank must not wait for the others
+        return code
+    finally:
+        distributed.teardown()
 
 
-def readable_size(n: float) -> str:
-    """`n` bytes in words: 7.2 GB."""
-    for unit in ("bytes", "KB", "MB", "GB", "TB", "PB"):
-        if n < 1000 or unit == "PB":
-            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"
+def plan_run(options: TrainOptions, ranks: distributed.Ranks, device: torch.device) -> TrainPlan:
+    """The settings settled, and the checks that need no data done, before the data is read."""
+    ck = _resumed(options.resume, device) if options.resume else None
+    before = ck.training["settings"] if ck is not None else None
+    settings = resolve_settings(options, before)
+    notes = [shadowed_corpus_note(settings.data), warmup_note(settings)]
+    changes = resume_changes(options, before) if ck is not None else {}
+    if ck is not None:
+        check_resume_shape(options, ck)
+    check_memory(early_config(options, settings, ck), settings.batch_size, device)
+    out = options.out or (options.resume if options.resume else DEFAULT_OUT)
+    if ranks.is_main:
+        out = output_path(
+            out, data=settings.data, resume=options.resume, overwrite=options.overwrite
+        )
+    return TrainPlan(
+        options=options,
+        settings=settings,
+        resumed=ck,
+        out=out,
+        ranks=ranks,
+        device=device,
+        notes=notes,
+        changes=changes,
+    )
 
 
-def check_memory(cfg, batch_size: int, device: torch.device) -> None:
-    """Refuse, before any work, a run whose step cannot fit in the memory `device` has free."""
-    have = available_memory(device)
-    need = training_memory(cfg, batch_size)
-    if have is None or need <= have:
+def _resumed(path: str, device: torch.device) -> Checkpoint:
+    """The checkpoint to continue, or refuse with the reason."""
+    ck = load_checkpoint(path, device)
+    if ck.training is None or ck.step is None or ck.history is None:
+        said = _("{path} holds no training state (written by an older gptlib or by hand); it "
+                 "can be sampled from, but a run cannot continue from it")  # fmt: skip
+        raise ValueError(said.format(path=repr(path)))
+    if ck.optimizer_state is None:
+        said = _("{path} was saved with --no-optimizer-state, so its run cannot continue "
+                 "exactly; start a new run, or train without --no-optimizer-state")  # fmt: skip
+        raise ValueError(said.format(path=repr(path)))
+    return ck
+
+
+@contextmanager
+def _claimed(plan: TrainPlan) -> Iterator[None]:
+    """The checkpoint's path held by this run (`gptlib.claim.claim`, in the main process only),
+    with a note for the temporary files an earlier run killed while saving left beside it."""
+    if not plan.ranks.is_main:
+        yield
         return
-    attention = (
-        f"; the attention weights alone are {cfg.n_layer + 1} x B x h x T x T = "
-        f"{readable_size((cfg.n_layer + 1) * batch_size * cfg.n_head * cfg.block_size**2 * 4)} "
-        "(--attention sdpa does not keep them)"
-        if cfg.attention == "manual"
-        else ""
+    with claim(plan.out) as removed:
+        if removed:
+            said = _("note: removed {n} temporary file(s) that an earlier run killed while "
+                     "saving left beside {out}")  # fmt: skip
+            plan.notes.append(said.format(n=len(removed), out=plan.out))
+        yield
+
+
+def build(plan: TrainPlan) -> TrainingRun:
+    """The data read, the model built (or resumed), checked against this machine and described:
+    a run ready for its first step."""
+    options, settings, ck, device = plan.options, plan.settings, plan.resumed, plan.device
+    corpus = read_corpus(settings, plan.say)
+    if ck is not None:
+        _check_same_data(options, corpus, ck.training)
+    cfg = model_config(options, settings, corpus, ck)
+    corpus.check_fits(cfg.block_size)
+    check_memory(cfg, settings.batch_size, device)
+    check_step_time(cfg, settings.batch_size, device, options.max_step_seconds)
+    start, total = (ck.step if ck is not None else 0), settings.steps
+    if start >= total:
+        said = _("{run} is already at step {start} of its {total}; pass --steps with a larger "
+                 "total (more than {start}) to train further")  # fmt: skip
+        raise ValueError(said.format(run=repr(options.resume), start=start, total=total))
+    torch.manual_seed(settings.seed)
+    model = ck.model.train() if ck is not None else GPT(cfg).to(device)
+    _describe(plan, corpus, model)
+    run = TrainingRun(
+        model,
+        corpus,
+        settings,
+        ranks=plan.ranks,
+        device=device,
+        compile=options.compile,
+        dtype=DTYPES[options.dtype],
     )
-    raise ValueError(
-        f"a training step with --batch-size {batch_size} and block_size {cfg.block_size} needs "
-        f"at least {readable_size(need)} and {device} has {readable_size(have)} free{attention}; lower "
-        "--batch-size or --block-size"
-    )
+    if ck is not None:
+        _resume_run(run, plan)
+        run.keep_start_as_healthy()
+    return run
 
 
-def check_space(out: str, need: int) -> None:
-    """Refuse, in one line, a save that the file system of `out` has no room for."""
-    free = free_bytes(out)
-    if free is not None and free < need:
-        raise ValueError(no_space(out, need, free))
-
-
-def no_space(out: str, need: int, free: int) -> str:
-    said = _("not enough space for the checkpoint in {folder}: it needs about {need} bytes and "
-             "{free} bytes are free; free some space, or pass --out in another folder")  # fmt: skip
-    return said.format(folder=existing_folder(out), need=f"{need:,}", free=f"{free:,}")
-
-
-def step_flops(cfg, batch_size: int) -> float:
-    """The arithmetic of one training step: forward and backward through every weight (6 flops a
-    parameter a position) and through the attention scores (12 L T^2 d a window)."""
-    B, T, d, L = batch_size, cfg.block_size, cfg.n_embd, cfg.n_layer
-    return 6.0 * parameter_formula(cfg) * B * T + 12.0 * L * B * T * T * d
-
-
-def measured_rate(device: torch.device) -> float:
-    """Floating-point operations a second that `device` does here and now, from a few products
-    of 256 x 256 matrices (a step runs at this rate at best)."""
-    n = 256
-    a = torch.randn(n, n, device=device)
-    a @ a  # the first product pays for start-up
-    _synchronize(device)
-    runs, begin = 0, time.perf_counter()
-    while runs < 3 or time.perf_counter() - begin < 0.02:
-        a @ a
-        runs += 1
-    _synchronize(device)
-    return 2.0 * n**3 * runs / max(time.perf_counter() - begin, 1e-9)
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def check_step_time(cfg, batch_size: int, device: torch.device, most: float) -> float:
-    """The seconds one step is expected to take at least (its arithmetic at the rate this device
-    measures); refused, before any work, above `most` (--max-step-seconds)."""
-    seconds = step_flops(cfg, batch_size) / measured_rate(device)
-    if seconds > most:
-        said = _("one training step with --batch-size {batch_size} and block_size {block} is "
-                 "expected to take about {seconds} s on {device} ({flops} floating-point "
-                 "operations at the {rate} a second measured here), more than --max-step-seconds "
-                 "{most:g}; lower --block-size or --batch-size, or pass a larger "
-                 "--max-step-seconds")  # fmt: skip
+def _check_same_data(options: TrainOptions, corpus, training: dict) -> None:
+    if corpus_fingerprint(corpus) != training["corpus"]["fingerprint"]:
+        was = training["corpus"]
+        said = _("cannot resume {run} on different data: it was trained on {was} ({was_reading}, "
+                 "vocab {was_vocab}), this command reads {now} ({now_reading}, vocab {now_vocab}) "
+                 "and its tokens differ; resume with the same --data and --format, or start a "
+                 "new run without --resume")  # fmt: skip
         raise ValueError(
             said.format(
-                batch_size=batch_size,
-                block=cfg.block_size,
-                seconds=f"{seconds:,.0f}",
-                device=device,
-                flops=f"{step_flops(cfg, batch_size):.2g}",
-                rate=f"{measured_rate(device):.2g}",
-                most=most,
+                run=repr(options.resume),
+                was=repr(was["name"]),
+                was_reading=was["reading"],
+                was_vocab=was["vocab_size"],
+                now=repr(corpus.name),
+                now_reading=corpus.reading,
+                now_vocab=corpus.vocab_size,
             )
         )
-    return seconds
+
+
+def _describe(plan: TrainPlan, corpus, model) -> None:
+    """The data, the device, the model and the notes, before the first step."""
+    cfg, ranks = model.cfg, plan.ranks
+    plan.say(_("data {name}: {reason}").format(name=corpus.name, reason=corpus.reason))
+    procs = _("  processes {n}").format(n=ranks.world_size) if ranks.distributed else ""
+    said = _("device {device}{processes}  vocab {vocab}  train/val tokens {train}/{val}")
+    plan.say(
+        said.format(
+            device=plan.device,
+            processes=procs,
+            vocab=cfg.vocab_size,
+            train=f"{corpus.train.numel():,}",
+            val=f"{corpus.val.numel():,}",
+        )
+    )
+    said = _("preset {preset}  parameters {n}  (L={L} d={d} h={h} T={T})")
+    plan.say(
+        said.format(
+            preset=plan.settings.preset,
+            n=f"{model.num_parameters():,}",
+            L=cfg.n_layer,
+            d=cfg.n_embd,
+            h=cfg.n_head,
+            T=cfg.block_size,
+        )
+    )
+    for note in plan.notes:
+        if note:
+            plan.say(note)
+
+
+def _resume_run(run: TrainingRun, plan: TrainPlan) -> None:
+    """Continue the resumed run, saying at which step and with which settings changed."""
+    note, changes = run.resume(plan.resumed), plan.changes
+    if note:
+        plan.say(note)
+    said = _("resuming {run} at step {start} of {total}")
+    plan.say(said.format(run=plan.options.resume, start=run.start, total=run.total))
+    if changes:
+        shown = ", ".join(
+            f"{RESUMABLE[k]} {_shown(a)} -> {_shown(b)}" for k, (a, b) in changes.items()
+        )
+        plan.say(_("changed from step {start}: {changes}").format(start=run.start, changes=shown))
+    if "seed" in changes:  # the saved random state gives way to the new seed's
+        seed = run.settings.seed
+        run.reseed(seed)
+        said = _("note: windows and dropout are drawn afresh from seed {seed} from step "
+                 "{start}, so the run is no longer the one that never stopped")  # fmt: skip
+        plan.say(said.format(seed=seed, start=run.start))
+
+
+def _shown(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def fit(run: TrainingRun, plan: TrainPlan, signals: StopSignals) -> Diverged | None:
+    """Train, with a progress bar, until the last step or a stop signal; the divergence that
+    stopped the run, if one did."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        initial=run.start,
+        total=run.total,
+        disable=plan.options.no_progress or not plan.ranks.is_main,
+        unit="step",
+        file=sys.stderr,
+    )
+
+    def on_step(hist):
+        post = {"loss": f"{hist.loss[-1]:.3f}"}
+        if hist.val_loss:
+            post[f"val@{hist.val_step[-1]}"] = f"{hist.val_loss[-1]:.3f}"
+        bar.set_postfix(post, refresh=False)
+        bar.update(1)  # shows this step's loss, set just above
+
+    try:
+        run.train(signals.requested, on_step)
+    except Diverged as e:
+        if plan.ranks.distributed:
+            said = _("{what}; under torchrun nothing was saved").format(what=divergence(e))
+            raise ValueError(said) from None
+        return e
+    finally:
+        bar.close()
+    return None
+
+
+def save(run: TrainingRun, plan: TrainPlan, diverged: Diverged | None) -> Outcome:
+    """After a divergence, back to the last healthy state; then the run saved (the main process),
+    or refused when nothing healthy is newer than its start."""
+    outcome = Outcome(diverged=diverged)
+    restored = False
+    if diverged is not None:
+        outcome.left = run.left_range(diverged)
+        restored = run.back_to_healthy()
+    outcome.states = run.states_to_save(diverged is not None)
+    if run.history.interrupted:
+        said = _("interrupted at step {done} of {total}: keeping what was learned so far")
+        plan.say(said.format(done=run.done, total=run.total))
+    if not plan.ranks.is_main:
+        return outcome
+    check_saveable(run, diverged, outcome.left, restored, plan.out)
+    resumed = plan.options.resume
+    overwrite = plan.options.overwrite or (resumed is not None and same_file(plan.out, resumed))
+    outcome.saved = _save_keeping_the_run(run, plan, outcome.states, overwrite)
+    return outcome
+
+
+def report(run: TrainingRun, plan: TrainPlan, signals: StopSignals, outcome: Outcome) -> int:
+    """Where the run was saved, or why it stopped; then the final evaluation and the samples
+    (`gptlib.report.after_save`). The exit code."""
+    saved, out = outcome.saved, plan.out
+    if saved is None:
+        return EXIT_NOT_SAVED
+    if saved != out and not os.path.basename(saved).startswith(RESCUE_PREFIX):
+        said = _("{out} appeared while training (written by something else) and was left alone")
+        print(said.format(out=out))
+    print(_("saved {path}").format(path=saved))
+    if outcome.diverged:
+        print(diverged_line(run, outcome.diverged, outcome.left, saved), file=sys.stderr)
+        return EXIT_DIVERGED
+    save_again = partial(_save_again, run, saved, outcome.states, plan.with_optimizer)
+    return after_save(run, plan.options, signals, saved, save_again)
+
+
+def _kept_line(out: str) -> str:
+    """What a run ended at once keeps: `out` as it was, with its step and age, or nothing."""
+    try:
+        age = max(0.0, time.time() - os.path.getmtime(out))
+    except OSError:
+        return _("nothing was saved, since this run had not saved yet")
+    said = _("{out} is kept as it was, saved {age} ago; the steps since then are lost")
+    return said.format(out=out, age=_age(age))
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return _("{n} s").format(n=f"{seconds:.0f}")
+    if seconds < 7200:
+        return _("{n} min").format(n=f"{seconds / 60:.0f}")
+    return _("{n} h").format(n=f"{seconds / 3600:.1f}")
+
+
+def _save_keeping_the_run(run: TrainingRun, plan: TrainPlan, states, overwrite: bool) -> str | None:
+    """Save the run to `out`; when that fails for want of space or of a name the file system
+    takes, or of a folder, to a new file in `out`'s folder, then in the system's temporary
+    folder, saying in one line what failed and where it went instead. Whatever was at `out`
+    stays whole (a save is atomic). None, after one line, when nowhere would take it; in a
+    terminal, the run waits in memory for space to be freed instead."""
+    out, with_optimizer = plan.out, plan.with_optimizer
+    need = checkpoint_size(run.model, with_optimizer, run.done)
+    while True:
+        failed = []
+        for path, replace in _places(out, overwrite, run.done):
+            free = free_bytes(path)
+            if free is not None and free < need:
+                failed.append((path, no_space(path, need, free)))
+                continue
+            try:
+                saved = run.save(path, {}, states, overwrite=replace, with_optimizer=with_optimizer)
+            except (OSError, RuntimeError) as e:
+                why = save_error(e)
+                if why is None:
+                    raise
+                failed.append((path, why))
+                continue
+            if failed:
+                said = _("could not save {out} ({why}); the run was saved to {path} instead")
+                print(said.format(out=failed[0][0], why=failed[0][1], path=saved), file=sys.stderr)
+            return saved
+        reasons = "; ".join(f"{path}: {why}" for path, why in failed)
+        if not sys.stdin.isatty():
+            said = _("{prog}: error: the run could not be saved anywhere ({reasons}); its "
+                     "{done} steps are lost")  # fmt: skip
+            print(
+                said.format(prog=f"{PROG} train", reasons=reasons, done=run.done), file=sys.stderr
+            )
+            return None
+        said = _("the run could not be saved anywhere ({reasons}); it is still in memory: free "
+                 "some space and press Enter to try again, or Ctrl-C to end without saving")  # fmt: skip
+        print(said.format(reasons=reasons), file=sys.stderr, flush=True)
+        try:
+            sys.stdin.readline()
+        except KeyboardInterrupt:
+            return None
+
+
+def _places(out: str, overwrite: bool, done: int) -> list[tuple[str, bool]]:
+    """Where a run is saved: `out`, then a new file in its folder, then in the system's
+    temporary folder (each a short name, for a file system that refused a long one)."""
+    name = f"{RESCUE_PREFIX}step{done}.pt"
+    folders = dict.fromkeys([os.path.dirname(os.path.abspath(out)), tempfile.gettempdir()])
+    return [(out, overwrite), *((os.path.join(folder, name), False) for folder in folders)]
+
+
+def _save_again(run, saved, states, with_optimizer, summary) -> None:
+    """Add the final evaluation to the checkpoint; a failure leaves the first save whole."""
+    try:
+        run.save(saved, summary, states, overwrite=True, with_optimizer=with_optimizer)
+    except (OSError, RuntimeError) as e:
+        why = save_error(e)
+        if why is None:
+            raise
+        said = _("note: the final evaluation could not be added to {path} ({why}); the "
+                 "checkpoint saved before it is kept whole")  # fmt: skip
+        print(said.format(path=saved, why=why))

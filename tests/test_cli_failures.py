@@ -19,6 +19,8 @@ from processes import wait_for_line
 
 import gptlib.checkpoint
 import gptlib.cli
+import gptlib.large_text
+import gptlib.report
 from gptlib.checkpoint import load_checkpoint
 from gptlib.cli import main
 
@@ -335,8 +337,8 @@ def test_a_step_expected_to_take_too_long_is_refused_before_work(tmp_path, capsy
 
 
 def test_a_bigram_baseline_that_cannot_fit_is_skipped_in_one_line(tmp_path, capsys, monkeypatch):
-    assert gptlib.cli.bigram_memory(30_000) > 7.2e9  # the 30,000-symbol vocabulary
-    monkeypatch.setattr(gptlib.cli, "available_memory", lambda device: 500)
+    assert gptlib.report.bigram_memory(30_000) > 7.2e9  # the 30,000-symbol vocabulary
+    monkeypatch.setattr(gptlib.report, "available_memory", lambda device: 500)
     out = tmp_path / "m.pt"
     assert main(["train", *QUICK, "--steps", "2", "--samples", "0", "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -410,7 +412,7 @@ def test_the_bigram_baseline_in_chunks_is_the_bigram_loss():
 
     corpus = load_corpus("names")
     whole = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
-    chunked = gptlib.cli.chunked_bigram_loss(corpus.train, corpus.val, corpus.vocab_size, 1000)
+    chunked = gptlib.report.chunked_bigram_loss(corpus.train, corpus.val, corpus.vocab_size, 1000)
     assert abs(whole - chunked) < 1e-5
 
 
@@ -428,8 +430,8 @@ def test_a_large_text_read_in_pieces_is_the_corpus_read_whole(tmp_path, monkeypa
 
     path = tmp_path / "big.txt"
     path.write_bytes(b"\xef\xbb\xbf" + text.encode())  # with a byte-order mark
-    monkeypatch.setattr(gptlib.cli, "STREAM_CHARS", 7)  # pieces cut lines and \r\n apart
-    streamed = gptlib.cli._stream_text_corpus(str(path), "auto")
+    monkeypatch.setattr(gptlib.large_text, "STREAM_CHARS", 7)  # pieces cut lines and \r\n apart
+    streamed = gptlib.large_text._stream_text_corpus(str(path), "auto")
     whole = load_corpus(str(path))
     assert streamed.tokenizer.itos == whole.tokenizer.itos and streamed.reason == whole.reason
     assert streamed.train.dtype == torch.uint8  # a byte a character, not 8
@@ -441,4 +443,4 @@ def test_a_large_text_read_in_pieces_is_the_corpus_read_whole(tmp_path, monkeypa
 def test_a_large_file_of_lines_is_left_to_load_corpus(tmp_path):
     path = tmp_path / "names.txt"
     path.write_text("emma\nolivia\nava\n" * 100)
-    assert gptlib.cli._stream_text_corpus(str(path), "auto") is None
+    assert gptlib.large_text._stream_text_corpus(str(path), "auto") is None

@@ -35,6 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 PLUMBING = {"cli", "run", "checkpoint", "distributed", "device", "_early_signals", "__main__"}
+PLUMBING |= {"settings", "signals", "claim", "needs", "large_text", "samples", "report"}
 
 TAUGHT = re.compile(r"Taught in notebook (\d\d) \(([^()]+)\)\.")
 USED = re.compile(r"Used in notebook (\d\d) \(([^()]+)\), through ([\w.]+)\.")

@@ -13,10 +13,14 @@ import torch
 from processes import wait_for_line
 
 import gptlib.cli
+import gptlib.large_text
+import gptlib.report
 import gptlib.run
+import gptlib.signals
 from gptlib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from gptlib.claim import claim, output_path
 from gptlib.cli import build_parser, main
-from gptlib.run import claim, output_path, random_states, restore_random_states
+from gptlib.run import random_states, restore_random_states
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # dropout > 0, so the torch generator's state matters for an exact resume as much as the windows'
@@ -189,14 +193,15 @@ def test_two_processes_writing_the_same_out(tmp_path):
 
 def test_a_file_that_appears_during_the_run_is_not_replaced(tmp_path, capsys, monkeypatch):
     out = tmp_path / "m.pt"
-    real = gptlib.run.estimate_loss
+    real = gptlib.large_text.estimate_loss
 
     def someone_writes(*a, **k):  # another program writes `out` while this run trains
         if not out.exists():
             out.write_text("theirs")
         return real(*a, **k)
 
-    monkeypatch.setattr(gptlib.run, "estimate_loss", someone_writes)  # the step's validation loss
+    # the step's validation loss
+    monkeypatch.setattr(gptlib.large_text, "estimate_loss", someone_writes)
     assert _train(out, "--steps", "2") == 0
     text = capsys.readouterr().out
     assert out.read_text() == "theirs"
@@ -255,7 +260,7 @@ def _interrupt_when(monkeypatch, module, name, call, presses=1):
         # after the fifth step's backward pass, before its optimiser step: mid-step
         ("mid-step", torch.nn.utils, "clip_grad_norm_", 5, 5),
         # in the validation loss after step 4 (step index 3): inside the step's evaluation
-        ("evaluation", gptlib.run, "estimate_loss", 2, 4),
+        ("evaluation", gptlib.large_text, "estimate_loss", 2, 4),
     ],
 )
 def test_ctrl_c_then_resume_equals_the_run_that_never_stopped(
@@ -294,7 +299,7 @@ def test_ctrl_c_twice_skips_the_final_evaluation_and_still_saves(tmp_path, capsy
 def test_ctrl_c_during_the_final_evaluation_and_the_save(tmp_path, capsys, monkeypatch, whole):
     part = tmp_path / "p.pt"
     _interrupt_when(monkeypatch, gptlib.run, "save_checkpoint", 1)
-    _interrupt_when(monkeypatch, gptlib.cli, "estimate_loss", 3)
+    _interrupt_when(monkeypatch, gptlib.report, "estimate_loss", 3)
     # The run had finished: it is saved before the evaluation, which the second Ctrl-C cuts
     # short; a stopped command prints no samples and says it was stopped.
     assert _train(part, samples="3") == 130
@@ -310,7 +315,7 @@ def test_ctrl_c_during_the_final_evaluation_and_the_save(tmp_path, capsys, monke
 
 @needs_main_thread
 def test_ctrl_c_at_start_up_saves_nothing(tmp_path, capsys, monkeypatch):
-    _interrupt_when(monkeypatch, gptlib.cli, "load_corpus", 1)
+    _interrupt_when(monkeypatch, gptlib.large_text, "load_corpus", 1)
     assert _train(tmp_path / "s.pt") == 130
     text = capsys.readouterr()
     assert "Traceback" not in text.err and "nothing was saved" in text.err
@@ -486,7 +491,7 @@ def test_the_readme_command_sequence_overwrites_nothing():
 def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it():
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup
     try:
-        with gptlib.run.StopAtStepBoundary() as stop:
+        with gptlib.signals.StopAtStepBoundary() as stop:
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
@@ -500,18 +505,18 @@ def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it():
 
 def _training_run(steps=6, dtype=None):
     from gptlib import distributed
-    from gptlib.cli import TRAIN_DEFAULTS
     from gptlib.config import microgpt
     from gptlib.data import load_corpus
     from gptlib.model import GPT
     from gptlib.run import TrainingRun
+    from gptlib.settings import TrainSettings
 
     corpus = load_corpus("names")
-    settings = {**TRAIN_DEFAULTS, "steps": steps, "batch_size": 4, "warmup": 2, "eval_every": 2}
+    settings = TrainSettings(steps=steps, batch_size=4, warmup=2, eval_every=2)
     torch.manual_seed(0)
     model = GPT(microgpt(corpus.vocab_size, dropout=0.1))
     cpu = torch.device("cpu")
-    return TrainingRun(model, corpus, settings, distributed.Ranks(), cpu, dtype=dtype)
+    return TrainingRun(model, corpus, settings, ranks=distributed.Ranks(), device=cpu, dtype=dtype)
 
 
 def test_a_training_run_is_train_with_the_command_lines_settings():
@@ -521,9 +526,9 @@ def test_a_training_run_is_train_with_the_command_lines_settings():
     hist = run.train(lambda: False)
     twin = _training_run()  # the same initial weights, and dropout's draws from the same state
     s = twin.settings
-    expect = train(twin.model, twin.corpus.train, s["steps"], s["batch_size"], max_lr=s["lr"],
-                   warmup=s["warmup"], schedule=s["schedule"], min_lr=s["lr"] / 10,
-                   val_tokens=twin.corpus.val, eval_every=s["eval_every"], seed=s["seed"])  # fmt: skip
+    expect = train(twin.model, twin.corpus.train, s.steps, s.batch_size, max_lr=s.lr,
+                   warmup=s.warmup, schedule=s.schedule, min_lr=s.lr / 10,
+                   val_tokens=twin.corpus.val, eval_every=s.eval_every, seed=s.seed)  # fmt: skip
     assert hist.to_dict() == expect.to_dict() and hist.val_step == [0, 2, 4, 5]
     for a, b in zip(run.model.parameters(), twin.model.parameters(), strict=True):
         assert torch.equal(a, b)

@@ -98,12 +98,24 @@ def test_no_english_block_in_a_catalogue_s_chinese(path):
     assert not (found := refused(_msgstrs(path), [BLOCK])), "\n".join(found[:20])
 
 
+# The modules of the command line (the parser, the train command and what it needs).
+COMMAND_LINE = (
+    "cli",
+    "run",
+    "settings",
+    "signals",
+    "claim",
+    "needs",
+    "large_text",
+    "samples",
+    "report",
+)
 # The surfaces whose sentences gptlib's catalogue holds, by the source that says them.
 SURFACES = {
     "model diagram and figure labels": ("gptlib/viz.py", "gptlib/widgets.py", "gptlib/heads.py"),
     "shape and parameter tables": ("gptlib/shapes.py",),
     "checks and hints": ("gptlib/exercises/",),
-    "command line": ("gptlib/cli.py", "gptlib/run.py", "gptlib/language.py"),
+    "command line": (*(f"gptlib/{m}.py" for m in COMMAND_LINE), "gptlib/language.py"),
 }
 
 

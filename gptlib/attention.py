@@ -54,7 +54,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # [B, h, n, d_h]
         past = cache.length if cache is not None else 0
         if cache is not None:
-            k, v = cache.update(self.layer_idx, k, v)  # [B, h, past + n, d_h]
+            k, v = cache.write(self.layer_idx, k, v)  # [B, h, past + n, d_h]; length stays
         # The n new queries sit at positions past..past+n-1 and may see keys 0..their own.
         hidden = self.future[past : past + n, : past + n]  # [n, past + n], True = hidden
         if self.use_sdpa:

@@ -23,8 +23,9 @@ from gptlib.language import _
 class KVCache:
     """Per layer, keys and values of shape [B, h, n, d_h] for the n positions seen so far.
 
-    Storage is allocated once at full size [B, h, T, d_h] and filled from the left; `length` is n,
-    moved on by `update` once the last layer has written.
+    Storage is allocated once at full size [B, h, T, d_h] and filled from the left; `length` is n.
+    In one forward pass each layer's attention calls `write` (the length stays), and GPT.forward
+    calls `advance` once after the last block: the one place the length moves.
 
     Taught in notebook 13 (kv cache).
     """
@@ -44,13 +45,13 @@ class KVCache:
         self._v = [torch.zeros(shape, device=device, dtype=dtype) for _unused in range(cfg.n_layer)]
         self.length = 0
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Write the new positions' k, v ([B, h, n_new, d_h]) of `layer` after the cached ones and
-        return that layer's keys and values so far, [B, h, length + n_new, d_h].
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Write the new positions' k, v ([B, h, n_new, d_h]) of `layer` at positions
+        length..length+n_new-1 and return that layer's keys and values so far, the cached ones
+        and the new ones, [B, h, length + n_new, d_h].
 
-        Every layer calls it once per forward pass, in order, with the same n_new. `length`
-        moves on by n_new when the last layer (n_layer - 1) has written: the layers before it
-        all see the same `length`, the cached positions, and no one else advances the cache."""
+        `length` does not move: every layer of one forward pass writes at the same positions,
+        and `advance(n_new)` then moves the length on once, after the last block (GPT.forward)."""
         start, n_new = self.length, k.shape[2]
         if not 0 <= layer < self.cfg.n_layer:
             raise ValueError(
@@ -59,13 +60,7 @@ class KVCache:
                     "pass the index of the layer that computed k and v"
                 ).format(layer=layer, last=self.cfg.n_layer - 1)
             )
-        if start + n_new > self.capacity:
-            raise ValueError(
-                _(
-                    "KV cache holds {length} positions and cannot take {new} more: its capacity "
-                    "is block_size={capacity}; reset it or rebuild it from fewer tokens"
-                ).format(length=start, new=n_new, capacity=self.capacity)
-            )
+        self._check_room(n_new)
         if k.shape[0] != self.batch_size:
             raise ValueError(
                 _("cache was made for batch {batch}, got batch {got}").format(
@@ -74,9 +69,29 @@ class KVCache:
             )
         self._k[layer][:, :, start : start + n_new] = k
         self._v[layer][:, :, start : start + n_new] = v
-        if layer == self.cfg.n_layer - 1:
-            self.length += n_new  # every layer has written these positions
         return self._k[layer][:, :, : start + n_new], self._v[layer][:, :, : start + n_new]
+
+    def advance(self, n_new: int) -> None:
+        """Count the n_new positions every layer has just written as cached: `length` moves on
+        by n_new. Called once per forward pass, after the last block."""
+        if n_new < 0:
+            raise ValueError(
+                _(
+                    "the cache can only move forward: advance got {n}; pass the number of new "
+                    "positions every layer has written, or reset() the cache"
+                ).format(n=n_new)
+            )
+        self._check_room(n_new)
+        self.length += n_new
+
+    def _check_room(self, n_new: int) -> None:
+        if self.length + n_new > self.capacity:
+            raise ValueError(
+                _(
+                    "KV cache holds {length} positions and cannot take {new} more: its capacity "
+                    "is block_size={capacity}; reset it or rebuild it from fewer tokens"
+                ).format(length=self.length, new=n_new, capacity=self.capacity)
+            )
 
     def reset(self) -> None:
         self.length = 0

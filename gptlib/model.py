@@ -99,7 +99,9 @@ class GPT(nn.Module):
         pos = torch.arange(past, past + n, device=idx.device)  # [n]
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # [B, n, d] + [n, d] -> [B, n, d]
         for block in self.blocks:
-            x = block(x, cache)  # [B, n, d] throughout; the last layer moves cache.length on
+            x = block(x, cache)  # [B, n, d] throughout; each layer writes K, V at past..past+n-1
+        if cache is not None:
+            cache.advance(n)  # every layer has written the n new positions: now they are cached
         logits = self.lm_head(self.ln_f(x))  # [B, n, V]
         loss = None if labels is None else self.loss(logits, labels)
         return logits, loss

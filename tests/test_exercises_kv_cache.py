@@ -54,8 +54,9 @@ def test_each_slip_is_named_by_its_row(message, wrong):
     assert result.message == f"✗ decode_step: {message}"
 
 
-def _step_with(attend, position):
-    """A decode step written as a reader might, the attention line and position row given."""
+def _step_with(attend, position, advance="once"):
+    """A decode step written as a reader might, the attention line and position row given, the
+    cache advanced once after the blocks, after each block, or never."""
 
     def step(model, idx_new, cache):
         past, B, d = cache.length, idx_new.size(0), model.cfg.n_embd
@@ -67,21 +68,25 @@ def _step_with(attend, position):
                 y = attend(q, k, v, cache, i)
                 x = block.ln1(x + a.proj(y.transpose(1, 2).reshape(B, 1, d)))
                 x = block.ln2(x + block.mlp(x))
+                if advance == "each":
+                    cache.advance(1)
+            if advance == "once":
+                cache.advance(1)
             return model.lm_head(model.ln_f(x))
 
     return step
 
 
-def _update_then_sdpa(q, k, v, cache, layer, **kwargs):
-    k_all, v_all = cache.update(layer, k, v)
+def _write_then_sdpa(q, k, v, cache, layer, **kwargs):
+    k_all, v_all = cache.write(layer, k, v)
     return F.scaled_dot_product_attention(q, k_all, v_all, **kwargs)
 
 
 def test_promised_slips_written_by_a_reader():
-    assert check(_step_with(_update_then_sdpa, lambda past: past)).passed
-    causal = _step_with(lambda *a: _update_then_sdpa(*a, is_causal=True), lambda past: past)
+    assert check(_step_with(_write_then_sdpa, lambda past: past)).passed
+    causal = _step_with(lambda *a: _write_then_sdpa(*a, is_causal=True), lambda past: past)
     assert "only the first key" in check(causal).message
-    row_zero = _step_with(_update_then_sdpa, lambda past: 0)
+    row_zero = _step_with(_write_then_sdpa, lambda past: 0)
     assert "read row 0 of the position table" in check(row_zero).message
 
     def past_only(q, k, v, cache, layer):
@@ -89,6 +94,10 @@ def test_promised_slips_written_by_a_reader():
 
     message = check(_step_with(past_only, lambda past: past)).message
     assert "attended only to the cached keys" in message
+    every_block = _step_with(_write_then_sdpa, lambda past: past, advance="each")
+    assert "advanced in every block" in check(every_block).message
+    never = _step_with(_write_then_sdpa, lambda past: past, advance="never")
+    assert "never advanced" in check(never).message
 
 
 def test_unknown_slip_and_wrong_shape_are_reported():

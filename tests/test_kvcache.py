@@ -53,27 +53,52 @@ def test_memory_bytes_examples():
     cache = KVCache(textbook(), 3, dtype=torch.float16)
     k = torch.zeros(3, 4, 10, 32, dtype=torch.float16)
     for layer in range(4):
-        cache.update(layer, k, k)
+        cache.write(layer, k, k)
+    cache.advance(10)
     assert cache.nbytes == memory_bytes(4, 3, 4, 10, 32, 2)
 
 
-def test_update_moves_the_length_on_when_the_last_layer_has_written():
+def test_write_keeps_the_length_and_advance_moves_it_once():
     cfg = textbook(n_layer=3)
     cache = KVCache(cfg, 2)
     k = torch.randn(2, cfg.n_head, 5, cfg.head_dim)
     for layer in range(3):
-        assert cache.length == 0  # until the last layer has written, no position is finished
-        keys, values = cache.update(layer, k, 2 * k)
+        keys, values = cache.write(layer, k, 2 * k)
         assert keys.shape == (2, cfg.n_head, 5, cfg.head_dim) and torch.equal(values, 2 * k)
+        assert cache.length == 0  # writing stores the positions; only advance counts them
+    cache.advance(5)
     assert cache.length == 5
     one = torch.randn(2, cfg.n_head, 1, cfg.head_dim)
     for layer in range(3):
-        keys, _ = cache.update(layer, one, one)
-        assert keys.shape[2] == 6 and cache.length == (6 if layer == 2 else 5)
+        keys, _ = cache.write(layer, one, one)
+        assert keys.shape[2] == 6 and cache.length == 5  # every layer sees the same 5 cached
         torch.testing.assert_close(keys, torch.cat([k, one], dim=2), rtol=0, atol=0)
     with pytest.raises(ValueError, match=r"layer 3 is not in this cache: it holds layers 0\.\.2"):
-        cache.update(3, one, one)
-    assert cache.length == 6 and not hasattr(cache, "advance")
+        cache.write(3, one, one)
+    with pytest.raises(ValueError, match="-1"):
+        cache.advance(-1)
+    cache.advance(1)
+    assert cache.length == 6 and not hasattr(cache, "update")  # one way: write, then advance
+
+
+def test_forward_advances_the_cache_once_after_the_last_block(small_textbook):
+    """Each attention writes and leaves the length alone; GPT.forward moves it after the blocks."""
+    model = _model(small_textbook)
+    cache = KVCache(small_textbook, 1)
+    model(_ids(small_textbook, 1, 4), cache=cache)
+    seen = []
+    hooks = [
+        b.attn.register_forward_hook(lambda m, args, out: seen.append(cache.length))
+        for b in model.blocks
+    ]
+    for part in (model.blocks[-1], model.ln_f):
+        hooks.append(part.register_forward_hook(lambda m, args, out: seen.append(cache.length)))
+    model(_ids(small_textbook, 1, 3, seed=1), cache=cache)
+    for hook in hooks:
+        hook.remove()
+    # every attention and the whole last block see 4; the final norm, after the advance, 7
+    assert seen == [4] * (small_textbook.n_layer + 1) + [7]
+    assert cache.length == 7
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
@@ -199,7 +224,10 @@ def test_a_full_cache_refuses_one_more_position(any_preset):
     assert cache.length == T  # unchanged by the refused call
     k = torch.zeros(1, cfg.n_head, 1, cfg.head_dim)
     with pytest.raises(ValueError, match="capacity"):
-        cache.update(0, k, k)
+        cache.write(0, k, k)
+    with pytest.raises(ValueError, match="capacity"):
+        cache.advance(1)
+    assert cache.length == T
 
 
 def test_cache_of_another_batch_size_is_refused(small_textbook):

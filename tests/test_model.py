@@ -164,7 +164,9 @@ def _fused_step(cfg, past, n, seed=0):
     with torch.no_grad():
         if past:
             attn(x[:, :past], cache)
+            cache.advance(past)  # what GPT.forward does after its blocks
         out = attn(x[:, past:], cache)
+        cache.advance(n)
         q = attn.split_heads(attn.qkv(x[:, past:]).split(cfg.n_embd, dim=2)[0])
     assert cache.length == past + n
     return attn, out, q, cache.keys(0), cache.values(0)

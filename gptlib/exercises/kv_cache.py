@@ -1,6 +1,8 @@
 """Notebook 13, the KV cache: `decode_step(model, idx_new, cache)`, one cached step of a
 `textbook` (post-norm) GPT written out block by block, idx_new [B, 1] -> logits [B, 1, V]; the
-logits and the cache it leaves are compared with `model(idx_new, cache=cache)`'s, on a copy."""
+logits and the cache it leaves are compared with `model(idx_new, cache=cache)`'s, on a copy. As in
+GPT.forward, each block writes its keys and values with `cache.write`, and `cache.advance(1)` after
+the last block is the one place the cache's length moves."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ __all__ = ["check_decode_step", "solution_decode_step"]
 
 def solution_decode_step(model: GPT, idx_new: torch.Tensor, cache: KVCache) -> torch.Tensor:
     """idx_new [B, 1], cache holding `past` positions -> logits [B, 1, V]; the cache gains one
-    (`cache.update` moves its length on when the last layer has written)."""
+    (each block writes position `past`, then one `cache.advance(1)` after the last block)."""
     past = cache.length  # the new token sits at position `past`
     B, d = idx_new.size(0), model.cfg.n_embd
     with torch.no_grad():
@@ -30,12 +32,13 @@ def solution_decode_step(model: GPT, idx_new: torch.Tensor, cache: KVCache) -> t
             attn = block.attn
             q, k, v = attn.qkv(x).split(d, dim=2)  # each [B, 1, d]
             q, k, v = attn.split_heads(q), attn.split_heads(k), attn.split_heads(v)  # [B,h,1,d_h]
-            k_all, v_all = cache.update(layer, k, v)  # [B, h, past + 1, d_h]: appended
+            k_all, v_all = cache.write(layer, k, v)  # [B, h, past + 1, d_h]; length stays past
             scores = q @ k_all.transpose(-2, -1) / attn.head_dim**0.5  # [B, h, 1, past + 1]
             y = scores.softmax(dim=-1) @ v_all  # [B, h, 1, d_h]; no mask: no key is in the future
             y = attn.proj(y.transpose(1, 2).reshape(B, 1, d))  # heads side by side, then mixed
             x = block.ln1(x + y)  # post-norm: each norm follows its residual add
             x = block.ln2(x + block.mlp(x))
+        cache.advance(1)  # every layer has written position `past`: the cache now holds past + 1
         return model.lm_head(model.ln_f(x))  # [B, 1, V]
 
 
@@ -47,7 +50,7 @@ def _on_a_copy(fn, model, idx_new, cache):
 
 
 def _decode(model, idx_new, cache, *, row0=False, append=True, causal=False, pre_norm=False,
-            scale=None):  # fmt: skip
+            scale=None, advance="once"):  # fmt: skip
     """A decode step with one switch flipped (none: the reference)."""
     past, B, d = cache.length, idx_new.size(0), model.cfg.n_embd
     x = model.tok_emb(idx_new) + model.pos_emb.weight[0 if row0 else past]
@@ -55,11 +58,15 @@ def _decode(model, idx_new, cache, *, row0=False, append=True, causal=False, pre
         a = block.attn
         h = block.ln1(x) if pre_norm else x
         q, k, v = (a.split_heads(t) for t in a.qkv(h).split(d, dim=2))
-        k, v = cache.update(layer, k, v) if append else (cache.keys(layer), cache.values(layer))
+        k, v = cache.write(layer, k, v) if append else (cache.keys(layer), cache.values(layer))
         y = a.proj(F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
                    .transpose(1, 2).reshape(B, 1, d))  # fmt: skip
         x = x + y if pre_norm else block.ln1(x + y)
         x = x + block.mlp(block.ln2(x)) if pre_norm else block.ln2(x + block.mlp(x))
+        if advance == "each":
+            cache.advance(1)
+    if advance == "once":
+        cache.advance(1)
     return model.lm_head(model.ln_f(x))
 
 
@@ -75,6 +82,12 @@ DECODE_MISTAKES = [
         "post-norm: each norm follows its residual addition"), partial(_decode, pre_norm=True)),
     (N_("the scores are not scaled: each is sqrt(d_h) times too large, so the new token's softmax "
         "over the cached keys is sharper than the model's"), partial(_decode, scale=1.0)),
+    (N_("the cache was advanced in every block: from the second block on, each writes one position "
+        "further on and its query meets a key and value never written; advance it once, after the "
+        "last block"), partial(_decode, advance="each")),
+    (N_("the cache was never advanced: the logits are right, but its length still counts only the "
+        "positions it held before, so the next step would overwrite this one; call "
+        "cache.advance(1) once, after the last block"), partial(_decode, advance="never")),
 ]  # fmt: skip
 
 

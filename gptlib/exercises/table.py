@@ -145,7 +145,7 @@ EXERCISES: tuple[Exercise, ...] = (
         _BLOCK,
         R("gptlib.attention.CausalSelfAttention.forward",
           "CausalSelfAttention.forward (attn(x, cache))",
-          N_("runs the whole attention; write it with attn.qkv, cache.update and attn.proj")),
+          N_("runs the whole attention; write it with attn.qkv, cache.write and attn.proj")),
         _GENERATE,
     )),
     Exercise("check_gpt_forward", "14", 2, 20, used="14 15", reports="forward",

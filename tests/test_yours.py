@@ -96,6 +96,38 @@ def test_a_kept_piece_that_stopped_passing_is_not_used(tmp_path, monkeypatch, ca
     assert (folder / "causal_attention.py").read_text().endswith("return q\n")  # not rewritten
 
 
+def test_a_failing_run_withdraws_the_kept_piece_until_one_passes_again(
+    tmp_path, monkeypatch, capsys
+):
+    folder = _fresh(tmp_path, monkeypatch)
+    kept, aside = folder / "causal_attention.py", folder / "causal_attention.withdrawn.py"
+    assert ex.check_causal_attention(_as_readers(_attention))
+    passed_text = kept.read_text()
+
+    def _attention_unscaled(q, k, v):  # the same cell run again, with a slip
+        s = q @ k.transpose(-2, -1)
+        return s.masked_fill(_hide(q.size(-2)), float("-inf")).softmax(-1) @ v
+
+    result = ex.check_causal_attention(_as_readers(_attention_unscaled))
+    assert not result and "withdrawn" in result.message.splitlines()[-1]
+    assert str(aside) in result.message  # where the passing version went
+    assert not kept.exists() and aside.read_text() == passed_text  # set aside, not lost
+    capsys.readouterr()
+    assert yours.use(ex.check_causal_attention) is ex.check_causal_attention.solution
+    out = capsys.readouterr().out
+    assert "the course's reference stands in" in out and str(aside) in out, out
+
+    def stub(q, k, v):  # the stub run again: not judged, nothing withdrawn
+        raise NotImplementedError
+
+    assert ex.check_causal_attention(_as_readers(_attention))  # passes again: kept again
+    assert kept.read_text() == passed_text and not aside.exists()
+    assert "withdrawn" not in ex.check_causal_attention(_as_readers(stub)).message
+    assert kept.exists()
+    fn = yours.use(ex.check_causal_attention)
+    assert fn is not ex.check_causal_attention.solution and "yours" in capsys.readouterr().out
+
+
 def test_a_value_of_the_notebook_is_named_in_the_kept_file(tmp_path, monkeypatch):
     folder = _fresh(tmp_path, monkeypatch)
     table = torch.zeros(3)

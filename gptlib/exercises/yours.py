@@ -6,7 +6,9 @@ notebooks ask `yours.use(check_causal_attention)`: your function when it is kept
 else the course's reference (or `stand_in`), with one printed line saying which. `progress` reads
 the same folder. The folder is `$GPTLIB_YOURS` when set (the tests and the stored notebooks use an
 empty one), else `notebooks/yourgpt/` of the course, else `yourgpt/` here. Edit a piece in its
-notebook: the next pass rewrites the file.
+notebook: the next pass rewrites the file; a check that fails a version you run again withdraws
+the kept one (`withdraw`: set aside as `<exercise>.withdrawn.py`, nothing deleted), and the
+course's reference stands in until yours passes again.
 """
 
 from __future__ import annotations
@@ -179,7 +181,24 @@ def save(name: str, fn: types.FunctionType, notebook: str = "") -> Path | None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+    withdrawn_file(name).unlink(missing_ok=True)  # a pass again: the version set aside is old
     return path
+
+
+def withdrawn_file(name: str) -> Path:
+    """Where `withdraw` sets the kept piece `name` aside."""
+    return folder() / f"{name}.withdrawn.py"
+
+
+def withdraw(name: str) -> Path | None:
+    """Set the kept `yourgpt/<name>.py` aside as `<name>.withdrawn.py` (its check has just failed
+    a version of yours run again), so that later cells stop using it; None when none is kept."""
+    path = folder() / f"{name}.py"
+    if not path.is_file():
+        return None
+    os.replace(path, withdrawn_file(name))
+    sys.modules.pop(f"{PACKAGE}.{name}", None)
+    return withdrawn_file(name)
 
 
 # --- reading a piece --------------------------------------------------------------------------
@@ -221,6 +240,10 @@ def use(check: Callable, stand_in: Callable | None = None) -> Callable:
             return fn
         first = str(getattr(result, "message", result)).splitlines()[0]
         why = _("yours does not pass its check now: {problem}").format(problem=first)
+    elif why == _(NOT_SOLVED) and withdrawn_file(name).is_file():
+        said = _("yours failed its check when you last ran it, and the version that passed before "
+                 "is set aside as {path} until yours passes again")  # fmt: skip
+        why = said.format(path=where_kept(f"{name}.withdrawn"))
     elif why == _(NOT_SOLVED):
         notebook = _notebook_of(name)
         if notebook:

@@ -209,6 +209,13 @@ def load(name: str, where: Path | None = None) -> tuple[Callable | None, str]:
     path = (where or folder()) / f"{name}.py"
     if not path.is_file():
         return None, _(NOT_SOLVED)
+    package = sys.modules.get(PACKAGE)  # `from yourgpt.train_loop import ...` in a kept piece
+    if package is None or list(getattr(package, "__path__", ())) != [str(path.parent)]:
+        package = types.ModuleType(PACKAGE)
+        package.__path__ = [str(path.parent)]
+        sys.modules[PACKAGE] = package
+        for stale in [m for m in sys.modules if m.startswith(f"{PACKAGE}.")]:
+            del sys.modules[stale]  # pieces of another folder
     spec = importlib.util.spec_from_file_location(f"{PACKAGE}.{name}", path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -219,7 +226,7 @@ def load(name: str, where: Path | None = None) -> tuple[Callable | None, str]:
     fn = getattr(module, name, None)
     if not callable(fn):
         return None, _("{file} defines no {name}").format(file=path.name, name=name)
-    sys.modules.setdefault(f"{PACKAGE}.{name}", module)
+    sys.modules[f"{PACKAGE}.{name}"] = module  # the latest load: what a kept piece imports
     return fn, ""
 
 

@@ -96,6 +96,22 @@ def test_a_kept_piece_that_stopped_passing_is_not_used(tmp_path, monkeypatch, ca
     assert (folder / "causal_attention.py").read_text().endswith("return q\n")  # not rewritten
 
 
+def _unscaled(q, k, v):
+    s = q @ k.transpose(-2, -1)
+    return s.masked_fill(_hide(q.size(-2)), float("-inf")).softmax(-1) @ v
+
+
+def _stub(q, k, v):
+    raise NotImplementedError
+
+
+def _as_cell(fn, name="_attention"):
+    """`fn` as the notebook's cell defines it under `name`, run again."""
+    copy = _as_readers(fn)
+    copy.__name__ = name
+    return copy
+
+
 def test_a_failing_run_withdraws_the_kept_piece_until_one_passes_again(
     tmp_path, monkeypatch, capsys
 ):
@@ -103,12 +119,9 @@ def test_a_failing_run_withdraws_the_kept_piece_until_one_passes_again(
     kept, aside = folder / "causal_attention.py", folder / "causal_attention.withdrawn.py"
     assert ex.check_causal_attention(_as_readers(_attention))
     passed_text = kept.read_text()
-
-    def _attention_unscaled(q, k, v):  # the same cell run again, with a slip
-        s = q @ k.transpose(-2, -1)
-        return s.masked_fill(_hide(q.size(-2)), float("-inf")).softmax(-1) @ v
-
-    result = ex.check_causal_attention(_as_readers(_attention_unscaled))
+    # another function tried beside it withdraws nothing
+    assert not ex.check_causal_attention(_as_cell(_unscaled, "variant")) and kept.exists()
+    result = ex.check_causal_attention(_as_cell(_unscaled))  # the same cell, with a slip
     assert not result and "withdrawn" in result.message.splitlines()[-1]
     assert str(aside) in result.message  # where the passing version went
     assert not kept.exists() and aside.read_text() == passed_text  # set aside, not lost
@@ -116,13 +129,10 @@ def test_a_failing_run_withdraws_the_kept_piece_until_one_passes_again(
     assert yours.use(ex.check_causal_attention) is ex.check_causal_attention.solution
     out = capsys.readouterr().out
     assert "the course's reference stands in" in out and str(aside) in out, out
-
-    def stub(q, k, v):  # the stub run again: not judged, nothing withdrawn
-        raise NotImplementedError
-
     assert ex.check_causal_attention(_as_readers(_attention))  # passes again: kept again
     assert kept.read_text() == passed_text and not aside.exists()
-    assert "withdrawn" not in ex.check_causal_attention(_as_readers(stub)).message
+    # the stub run again is not judged: nothing withdrawn
+    assert "withdrawn" not in ex.check_causal_attention(_as_cell(_stub)).message
     assert kept.exists()
     fn = yours.use(ex.check_causal_attention)
     assert fn is not ex.check_causal_attention.solution and "yours" in capsys.readouterr().out

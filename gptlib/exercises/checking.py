@@ -66,7 +66,7 @@ def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
                 if path is not None:
                     kept = kept_line(check.__name__).format(path=yours.where_kept(name))
                     result = CheckResult(True, f"{result.message}\n  {kept}")
-            elif getattr(result, "written", True) and yours.withdraw(name) is not None:
+            elif getattr(result, "written", True) and yours.withdraw(name, fn.__name__):
                 said = _("the version of yours that passed before is withdrawn (set aside as "
                          "{path}): the course's reference stands in for it in later cells until "
                          "yours passes again")  # fmt: skip

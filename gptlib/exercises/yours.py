@@ -190,11 +190,26 @@ def withdrawn_file(name: str) -> Path:
     return folder() / f"{name}.withdrawn.py"
 
 
-def withdraw(name: str) -> Path | None:
-    """Set the kept `yourgpt/<name>.py` aside as `<name>.withdrawn.py` (its check has just failed
-    a version of yours run again), so that later cells stop using it; None when none is kept."""
+def kept_function(path: Path) -> str | None:
+    """The name the function kept in `path` had in its notebook (`def <it>(`), read, not run."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+    for node in tree.body:  # `causal_attention = _attention`: kept under the exercise's name
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+            return node.value.id
+    return defined[-1] if defined else None
+
+
+def withdraw(name: str, fn_name: str) -> Path | None:
+    """Set the kept `yourgpt/<name>.py` aside as `<name>.withdrawn.py` when its check has just
+    failed a function of yours of the same name (the exercise's cell run again with another
+    version), so that later cells stop using it; None when none is kept, or when the failing
+    function has another name (a variant tried beside it withdraws nothing)."""
     path = folder() / f"{name}.py"
-    if not path.is_file():
+    if not path.is_file() or kept_function(path) != fn_name:
         return None
     os.replace(path, withdrawn_file(name))
     sys.modules.pop(f"{PACKAGE}.{name}", None)

@@ -122,10 +122,10 @@ def test_train_gpt_runs_notebook_10s_loop_and_its_slip_is_named():
 
 def test_sample_names_runs_notebook_12s_step_or_the_course_step_around_the_filter():
     around = Y.sample_step_with(G.solution_filter_logits)
-    assert Y.check_gpt_sample(_with_global(Y.sample_names, "sample_step", around))
-    assert Y.check_gpt_sample(_with_global(Y.sample_names, "sample_step", G.solution_sample_step))
+    assert Y.check_gpt_sample(_with_global(Y.sample_names, "step_in_use", around))
+    assert Y.check_gpt_sample(_with_global(Y.sample_names, "step_in_use", G.solution_sample_step))
     k_plus_one = partial(G._filter, k_shift=1)  # a slip of notebook 12's filter
-    slipped = _with_global(Y.sample_names, "sample_step", Y.sample_step_with(k_plus_one))
+    slipped = _with_global(Y.sample_names, "step_in_use", Y.sample_step_with(k_plus_one))
     assert Y.check_gpt_sample(slipped).message.startswith("✗ sample_names: name ")
 
 

@@ -106,7 +106,7 @@ class WeightsModel:
 
 
 train_loop = solution_train_loop  # the reference's notebook-10 loop, as the notebook names yours
-sample_step = solution_sample_step  # and its notebook-12 step
+step_in_use = solution_sample_step  # and its notebook-12 step
 
 
 def train_gpt(forward_fn, loss_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip,
@@ -123,7 +123,7 @@ def sample_names(forward_fn, w, n_head, bos, num, generator, temperature=1.0, to
     model = WeightsModel(forward_fn, w, n_head)  # what notebook 12's step reads
     idx = torch.full((num, 1), bos)  # [num, 1]
     for _step in range(max_len):
-        nxt = sample_step(model, idx, temperature, top_k, None, generator)  # [num, 1]
+        nxt = step_in_use(model, idx, temperature, top_k, None, generator)  # [num, 1]
         idx = torch.cat([idx, nxt], dim=1)
         if (idx[:, 1:] == bos).any(dim=1).all():  # every row has drawn BOS: all names ended
             break

@@ -4,8 +4,10 @@ and keeps the reader's function, and every cell after the checks then uses the r
 functions, not the course's reference standing in: the reader's model trains to gptlib's loss
 curve, samples gptlib's names, decodes the same tokens with its own cache, and climbs the same
 ladder. The pieces brought from earlier notebooks (01-09: embed, qkv_split, causal_attention,
-split_heads, merge_heads, rmsnorm, pre_norm_block, mlp_forward, lm_loss) are in the reader's
-package before the notebook starts, as a reader who solved those notebooks has them. A second reader's forward and kept norm are right in value but detached from
+split_heads, merge_heads, rmsnorm, pre_norm_block, mlp_forward, lm_loss; 10's train_loop, 12's
+filter_logits and sample_step) are in the reader's package before the notebook starts, as a
+reader who solved those notebooks has them, and every cell that runs the forward says it is the
+reader's. A second reader's forward and kept norm are right in value but detached from
 autograd: the forward's check says so, the norm fails its check again and the course's stands
 in, and the notebook trains the course's pieces instead."""
 
@@ -25,8 +27,12 @@ from gptlib.exercises.progress import EXERCISES
 
 NOTEBOOK = next((Path(__file__).parent.parent / "notebooks").glob("14_*.ipynb"))
 PROJECTS = "# Part 6 · Optional projects"  # the heading after the ladder
+TRAINS = "loop = yours.use(check_gpt_train)"  # the cell that trains beside gptlib
 # The pieces of notebooks 01-09 the capstone takes from the reader's package, by saved name.
 BROUGHT = {ex.yours.exercise_name(c): c for c in ex.your_gpt.PIECE_CHECKS.values()}
+BROUGHT.update(train_loop=ex.check_train_loop, filter_logits=ex.check_filter_logits,
+               sample_step=ex.check_sample_step)  # notebooks 10 and 12  # fmt: skip
+RUNS_FORWARD = re.compile(r"\b(my_forward|forward_in_use|loop|sampler|climb_yours)\(")
 DETACHED_NORM = """def rmsnorm(x, gain, eps=1e-5):
     return x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt().detach() * gain
 """
@@ -80,7 +86,8 @@ def _ladder_column(text: str) -> list[str]:
 
 def _keep(folder: Path, name: str, source: str) -> None:
     """A piece in the reader's package, as its check keeps it."""
-    header = "from __future__ import annotations\n\nimport math\n\nimport torch\n\n\n"
+    header = ("from __future__ import annotations\n\nimport math\n\nimport torch\n\n"
+              "from gptlib.data import sample_batch\nfrom gptlib.train import learning_rate\n\n\n")  # fmt: skip
     (folder / f"{name}.py").write_text(header + source)
 
 
@@ -116,7 +123,7 @@ def solved():
 
 @pytest.fixture(scope="module")
 def detached():
-    return _run(DETACHED, until="together = check_gpt_train(", brought={"rmsnorm": DETACHED_NORM})
+    return _run(DETACHED, until=TRAINS, brought={"rmsnorm": DETACHED_NORM})
 
 
 def _output_of(nb, fragment: str) -> str:
@@ -137,21 +144,27 @@ def test_every_check_passes_and_keeps_the_readers_function(solved):
 
 def test_the_readers_pieces_are_in_use(solved):
     out = _output_of(solved, "mine = types.SimpleNamespace(")
-    assert out.count(": yours, from /") == len(BROUGHT) == 9, out
+    assert out.count(": yours, from /") == len(ex.your_gpt.PIECE_CHECKS) == 9, out
     assert "stands in" not in out
     assert "embed: yours" in _output_of(solved, "embed_in_use = yours.use(")
     out = _output_of(solved, "forward_in_use = yours.use(")
     assert "gpt_forward: yours" in out and "\n✓ forward: matches the reference" in out, out
+    for cell in solved.cells:  # every cell that runs the forward says whose: the reader's
+        if cell.cell_type == "code" and RUNS_FORWARD.search(cell.source):
+            assert "runs your forward" in _text(cell), cell.source[:80]
 
 
 def test_the_readers_model_trains_to_gptlibs_curve(solved):
-    out = _output_of(solved, "together = check_gpt_train(")
-    assert "gpt_train: yours" in out and "✓ train_gpt" in out
+    assert "train_loop: yours" in _output_of(solved, "train_loop = yours.use(")  # notebook 10's
+    out = _output_of(solved, TRAINS)
+    assert "gpt_train: yours" in out
     assert "the two curves within 1e-5 at every one of the 300 steps: True" in out
     assert "equal to 1e-5: True" in _output_of(solved, "val_mine = ")
 
 
 def test_the_readers_sampler_and_cache(solved):
+    out = _output_of(solved, "step_in_use = yours.use(")  # notebook 12's
+    assert "filter_logits: yours" in out and "sample_step: yours" in out, out
     out = _output_of(solved, "sampler = yours.use(")
     assert "gpt_sample: yours" in out and "the same as sample_documents on the twin: True" in out
     out = _output_of(solved, "cached_fn = yours.use(")
@@ -175,8 +188,9 @@ def test_a_detached_norm_and_forward_are_caught_and_not_trained(detached):
     assert "rmsnorm: the course's reference stands in" in out and "gradient of x" in out, out
     out = _output_of(detached, "forward_in_use = yours.use(")
     assert "gpt_forward: the course's reference stands in" in out
-    out = _output_of(detached, "together = check_gpt_train(")
-    assert "✓ train_gpt" in out and "the two curves within 1e-5 at every one of the 300 steps: True" in out  # fmt: skip
+    out = _output_of(detached, TRAINS)
+    assert "runs the course's forward" in out
+    assert "the two curves within 1e-5 at every one of the 300 steps: True" in out
 
 
 def test_the_stored_notebook_uses_the_stand_ins():
@@ -186,3 +200,7 @@ def test_the_stored_notebook_uses_the_stand_ins():
     )
     assert text.count("the course's reference stands in") >= 10
     assert "yours, from" not in text
+    cells = [c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
+    for cell in cells:  # every cell that runs the forward says whose: the course's, here
+        if RUNS_FORWARD.search(cell.source):
+            assert "runs the course's forward, standing in" in _text(cell), cell.source[:80]

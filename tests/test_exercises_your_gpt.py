@@ -3,12 +3,17 @@ named in their pieces, a cut gradient shows in the forward's check and in the tr
 the reference pieces, forward, loop and sampler give what gptlib's GPT gives (the plain-tensor
 tools and the climb with the reader's pieces are gptlib.ladder's, tested in test_ladder)."""
 
+import types
+from functools import partial
+
 import pytest
 import torch
 
 from gptlib.checkpoint import load_asset
 from gptlib.config import microgpt
 from gptlib.data import load_corpus
+from gptlib.exercises import generation as G
+from gptlib.exercises import training as L
 from gptlib.exercises import your_gpt as Y
 from gptlib.generate import generate
 from gptlib.ladder import estimate_forward_loss, gpt_optimizer, gpt_weights, trainable
@@ -99,6 +104,29 @@ def test_the_training_check_trains_the_forward_it_is_handed():
     message = Y.check_gpt_train(Y.train_gpt, forward_fn).message
     assert message.startswith("✗ train_gpt: the forward it trains: the output is right, but the ")
     assert "the cut lies in the rmsnorm" in message
+
+
+def _with_global(fn, name, value):
+    """`fn` as a reader writes it in notebook 14, where `name` is the piece of an earlier one."""
+    return types.FunctionType(fn.__code__, {**fn.__globals__, name: value}, fn.__name__,
+                              fn.__defaults__)  # fmt: skip
+
+
+def test_train_gpt_runs_notebook_10s_loop_and_its_slip_is_named():
+    reader = _with_global(Y.train_gpt, "train_loop", L.solution_train_loop)
+    assert Y.check_gpt_train(reader)
+    unzeroed = _with_global(Y.train_gpt, "train_loop", partial(L._loop, order="bcs"))
+    hint = next(h for h, wrong in Y.LOOP_MISTAKES if wrong.keywords == {"order": "bcs"})
+    assert Y.check_gpt_train(unzeroed).message == f"✗ train_gpt: {hint}"
+
+
+def test_sample_names_runs_notebook_12s_step_or_the_course_step_around_the_filter():
+    around = Y.sample_step_with(G.solution_filter_logits)
+    assert Y.check_gpt_sample(_with_global(Y.sample_names, "step_in_use", around))
+    assert Y.check_gpt_sample(_with_global(Y.sample_names, "step_in_use", G.solution_sample_step))
+    k_plus_one = partial(G._filter, k_shift=1)  # a slip of notebook 12's filter
+    slipped = _with_global(Y.sample_names, "step_in_use", Y.sample_step_with(k_plus_one))
+    assert Y.check_gpt_sample(slipped).message.startswith("✗ sample_names: name ")
 
 
 def test_a_sampler_that_never_crops_the_context_gets_the_block_hint():

@@ -18,8 +18,12 @@ ROOT = Path(__file__).parent.parent
 
 
 def _prelude(check) -> str:
-    """The imports a pasted solution needs: what its module imports (never what it defines)."""
+    """The imports a pasted solution needs: what its module imports (never what it defines), and
+    what notebook 14's cells give its assembly steps: the classes the module exports
+    (`WeightsModel`) and the earlier exercises' pieces it names as the notebook does
+    (`train_loop`, taken there with `yours.use`)."""
     module = sys.modules[check.solution.__module__]
+    solutions = {id(getattr(ex, n).solution) for n in ex.__all__ if n.startswith("check_")}
     lines = [
         "from __future__ import annotations",
         "import math",
@@ -30,9 +34,16 @@ def _prelude(check) -> str:
     for name, value in vars(module).items():
         if name.startswith("_"):
             continue
-        if isinstance(value, types.ModuleType) or (
-            callable(value)
-            and not (getattr(value, "__module__", "") or "").startswith("gptlib.exercises")
+        given = (isinstance(value, type) and name in getattr(module, "__all__", ())) or (
+            id(value) in solutions and name != value.__name__
+        )
+        if (
+            given
+            or isinstance(value, types.ModuleType)
+            or (
+                callable(value)
+                and not (getattr(value, "__module__", "") or "").startswith("gptlib.exercises")
+            )
         ):
             line = yours._import_line(name, value)
             if line:

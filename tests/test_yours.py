@@ -96,6 +96,70 @@ def test_a_kept_piece_that_stopped_passing_is_not_used(tmp_path, monkeypatch, ca
     assert (folder / "causal_attention.py").read_text().endswith("return q\n")  # not rewritten
 
 
+def _unscaled(q, k, v):
+    s = q @ k.transpose(-2, -1)
+    return s.masked_fill(_hide(q.size(-2)), float("-inf")).softmax(-1) @ v
+
+
+def _stub(q, k, v):
+    raise NotImplementedError
+
+
+def _as_cell(fn, name="_attention"):
+    """`fn` as the notebook's cell defines it under `name`, run again."""
+    copy = _as_readers(fn)
+    copy.__name__ = name
+    return copy
+
+
+def test_a_failing_run_withdraws_the_kept_piece_until_one_passes_again(
+    tmp_path, monkeypatch, capsys
+):
+    folder = _fresh(tmp_path, monkeypatch)
+    kept, aside = folder / "causal_attention.py", folder / "causal_attention.withdrawn.py"
+    assert ex.check_causal_attention(_as_readers(_attention))
+    passed_text = kept.read_text()
+    # another function tried beside it withdraws nothing
+    assert not ex.check_causal_attention(_as_cell(_unscaled, "variant")) and kept.exists()
+    result = ex.check_causal_attention(_as_cell(_unscaled))  # the same cell, with a slip
+    assert not result and "withdrawn" in result.message.splitlines()[-1]
+    assert str(aside) in result.message  # where the passing version went
+    assert not kept.exists() and aside.read_text() == passed_text  # set aside, not lost
+    capsys.readouterr()
+    assert yours.use(ex.check_causal_attention) is ex.check_causal_attention.solution
+    out = capsys.readouterr().out
+    assert "the course's reference stands in" in out and str(aside) in out, out
+    assert ex.check_causal_attention(_as_readers(_attention))  # passes again: kept again
+    assert kept.read_text() == passed_text and not aside.exists()
+    # the stub run again is not judged: nothing withdrawn
+    assert "withdrawn" not in ex.check_causal_attention(_as_cell(_stub)).message
+    assert kept.exists()
+    fn = yours.use(ex.check_causal_attention)
+    assert fn is not ex.check_causal_attention.solution and "yours" in capsys.readouterr().out
+
+
+def test_a_kept_piece_that_runs_another_kept_piece_loads_in_a_fresh_kernel(
+    tmp_path, monkeypatch, capsys
+):
+    import sys
+
+    from gptlib.exercises import training, your_gpt
+
+    folder = _fresh(tmp_path, monkeypatch)
+    assert ex.check_train_loop(_as_readers(training.solution_train_loop))  # notebook 10
+    loop = yours.use(ex.check_train_loop)  # the kept one: yourgpt.train_loop
+    g = your_gpt.train_gpt
+    train_gpt = types.FunctionType(g.__code__, {**g.__globals__, "train_loop": loop}, g.__name__)
+    train_gpt.__module__ = "__main__"  # notebook 14's, around notebook 10's kept loop
+    assert ex.check_gpt_train(train_gpt)
+    assert "from yourgpt.train_loop import " in (folder / "gpt_train.py").read_text()
+    for name in [m for m in sys.modules if m == "yourgpt" or m.startswith("yourgpt.")]:
+        monkeypatch.delitem(sys.modules, name)  # a fresh kernel: nothing of yourgpt imported
+    capsys.readouterr()
+    assert yours.use(ex.check_gpt_train) is not ex.check_gpt_train.solution
+    assert "gpt_train: yours" in capsys.readouterr().out
+
+
 def test_a_value_of_the_notebook_is_named_in_the_kept_file(tmp_path, monkeypatch):
     folder = _fresh(tmp_path, monkeypatch)
     table = torch.zeros(3)

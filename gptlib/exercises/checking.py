@@ -35,6 +35,7 @@ class CheckResult:
 
     passed: bool
     message: str
+    written: bool = True  # False for a stub's answer (not_written): nothing of it is judged
 
     def __bool__(self) -> bool:
         return self.passed
@@ -45,23 +46,32 @@ class CheckResult:
 
 def not_written(name: str) -> CheckResult:
     said = _("{name} is not written yet: replace its body and run this cell again")
-    return CheckResult(False, said.format(name=name))
+    return CheckResult(False, said.format(name=name), written=False)
 
 
 def solved_by(solution: Callable) -> Callable[[Callable], Callable]:
     """Decorator for a check: `show_solution(check)` prints `solution`, and a reader's function
-    that passes is kept in the reader's package (`yours`) for later notebooks."""
+    that passes is kept in the reader's package (`yours`) for later notebooks; one that fails
+    (written, not the stub) withdraws the version kept before, and the result says so."""
 
     def decorate(check: Callable) -> Callable:
         @functools.wraps(check)
         def checked(fn, *args, **kwargs):
             result = check(fn, *args, **kwargs)
-            if result and yours._saving and yours.is_readers(fn):
-                name = yours.exercise_name(check)
+            if not (yours._saving and yours.is_readers(fn)):
+                return result
+            name = yours.exercise_name(check)
+            if result:
                 path = yours.save(name, fn, yours._notebook_of(name))
                 if path is not None:
                     kept = kept_line(check.__name__).format(path=yours.where_kept(name))
                     result = CheckResult(True, f"{result.message}\n  {kept}")
+            elif getattr(result, "written", True) and yours.withdraw(name, fn.__name__):
+                said = _("the version of yours that passed before is withdrawn (set aside as "
+                         "{path}): the course's reference stands in for it in later cells until "
+                         "yours passes again")  # fmt: skip
+                withdrawn = said.format(path=yours.where_kept(f"{name}.withdrawn"))
+                result = CheckResult(False, f"{result.message}\n  {withdrawn}")
             return result
 
         checked.solution = solution

@@ -8,7 +8,8 @@ its notebook's module, and its cells.
 `refusals`: a library function (or a class's method) that does the exercise's whole job, how the
 message names it and what it does; a check that finds a call to one in the reader's source says
 "write this one yourself". Left out on purpose: `gptlib.generate.filter_logits` for
-`sample_step` (notebook 12 allows it) and `merge_heads`, which has no library function of its own.
+`sample_step` (notebook 12 allows it) and for `sample_names` (notebook 14's, which runs that step),
+and `merge_heads`, which has no library function of its own.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ EXERCISES: tuple[Exercise, ...] = (
           "GPT.forward (model(idx, labels))",
           N_("computes the loss with GPT.loss, the whole exercise")),
     )),
-    Exercise("check_train_loop", "10", 3, 35, used="10", refusals=(R("gptlib.train.train"),)),
+    Exercise("check_train_loop", "10", 3, 35, used="10 14", refusals=(R("gptlib.train.train"),)),
     Exercise("check_adamw_step", "10", 3, 30, used="10", optional=True, refusals=(
         R("torch.optim.AdamW"),
         R("torch.optim.Adam"),
@@ -129,13 +130,13 @@ EXERCISES: tuple[Exercise, ...] = (
     )),
     Exercise("check_validation_loss", "11", 2, 15, used="11",
              refusals=(R("gptlib.train.estimate_loss"),)),
-    Exercise("check_filter_logits", "12", 3, 30, used="12", refusals=(
+    Exercise("check_filter_logits", "12", 3, 30, used="12 14", refusals=(
         R("gptlib.generate.filter_logits"),
         _NEXT_TOKEN_PROBS,
         _PICK_NEXT,
         _GENERATE,
     )),
-    Exercise("check_sample_step", "12", 3, 25, used="12", optional=True, refusals=(
+    Exercise("check_sample_step", "12", 3, 25, used="12 14", optional=True, refusals=(
         _GENERATE,
         _PICK_NEXT,
         _NEXT_TOKEN_PROBS,
@@ -150,16 +151,15 @@ EXERCISES: tuple[Exercise, ...] = (
     )),
     Exercise("check_gpt_forward", "14", 2, 20, used="14 15", reports="forward",
              refusals=(_MODEL, _BLOCK)),
-    Exercise("check_gpt_train", "14", 2, 20, used="14 15", reports="train_gpt", refusals=(
+    Exercise("check_gpt_train", "14", 1, 10, used="14 15", reports="train_gpt", refusals=(
         R("gptlib.train.train"),
         _MODEL,
     )),
-    Exercise("check_gpt_sample", "14", 2, 20, used="14", reports="sample_names", refusals=(
+    Exercise("check_gpt_sample", "14", 1, 10, used="14", reports="sample_names", refusals=(
         _GENERATE,
         R("gptlib.generate.sample_documents"),
         _PICK_NEXT,
         _NEXT_TOKEN_PROBS,
-        R("gptlib.generate.filter_logits"),
         _MODEL,
     )),
     Exercise("check_gpt_cached_attention", "14", 3, 25, used="14", reports="cached_attention",

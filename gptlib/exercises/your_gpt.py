@@ -1,5 +1,7 @@
 """Notebook 14, the capstone: microgpt on a dict of plain tensors (`gpt_weights`), wired from the
-reader's earlier pieces (PIECE_CHECKS, handed in as `pieces`), trained, sampled and cached."""
+reader's earlier pieces (PIECE_CHECKS, handed in as `pieces`), trained by the reader's loop of
+notebook 10 and sampled by their step of notebook 12 (each handed a `WeightsModel`: the dict and a
+forward shaped as the model those exercises were written for), and cached."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ import torch
 import torch.nn.functional as F
 
 from gptlib.checkpoint import load_asset
-from gptlib.data import sample_batch
 from gptlib.exercises.attention import check_causal_attention
 from gptlib.exercises.checking import (
     CheckResult,
@@ -25,19 +26,20 @@ from gptlib.exercises.checking import (
     watched,
 )
 from gptlib.exercises.embeddings import check_embed
+from gptlib.exercises.generation import solution_sample_step
 from gptlib.exercises.loss import check_lm_loss
 from gptlib.exercises.mlp import check_mlp
 from gptlib.exercises.multi_head import check_merge_heads, check_split_heads
 from gptlib.exercises.norms import check_pre_norm_block, check_rmsnorm
 from gptlib.exercises.qkv import check_qkv_split
-from gptlib.exercises.training import slipped_loop
+from gptlib.exercises.training import slipped_loop, solution_train_loop
 from gptlib.ladder import gpt_optimizer, gpt_weights, trainable
 from gptlib.language import N_, _
-from gptlib.train import learning_rate
 
 # The plain-tensor tools (gpt_weights, trainable, ...) and climb_yours are gptlib.ladder's.
-__all__ = ["check_gpt_cached_attention", "check_gpt_forward", "check_gpt_forward_cached",
-           "check_gpt_sample", "check_gpt_train", "planted_slip"]  # fmt: skip
+__all__ = ["WeightsModel", "check_gpt_cached_attention", "check_gpt_forward",
+           "check_gpt_forward_cached", "check_gpt_sample", "check_gpt_train", "planted_slip",
+           "sample_step_with"]  # fmt: skip
 
 ASSET = "names-microgpt-h4.pt"
 # The pieces the capstone brings, each with the check of the notebook that taught it.
@@ -73,42 +75,80 @@ def forward(w, idx, n_head, pieces):
     return p.rmsnorm(x, w["ln_f"]) @ w["lm_head"].T  # [B, n, V]
 
 
+class WeightsModel:
+    """A dict of weights and a forward, shaped as the model notebooks 10 and 12 hand a loop and a
+    sampling step: `model(idx, labels)` is (logits, loss_fn's loss or None), `model.parameters()`
+    the tensors to train, `model.cfg.block_size` the rows of the position table. The forward has
+    no dropout, so `train()` and `eval()` only note the mode.
+
+    Taught in notebook 14 (your gpt)."""
+
+    def __init__(self, forward_fn, w, n_head, loss_fn=None, params=()):
+        self.forward_fn, self.w, self.n_head, self.loss_fn = forward_fn, w, n_head, loss_fn
+        self.params, self.training = list(params), True
+        vocab_size = w["tok_emb"].shape[0]
+        self.cfg = types.SimpleNamespace(block_size=w["pos_emb"].shape[0], vocab_size=vocab_size,
+                                         n_head=n_head)  # fmt: skip
+
+    def __call__(self, idx, labels=None):
+        logits = self.forward_fn(self.w, idx, self.n_head)  # [B, n, V]
+        return logits, None if labels is None else self.loss_fn(logits, labels)
+
+    def parameters(self):
+        return iter(self.params)
+
+    def train(self, mode: bool = True):
+        self.training = mode
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+
+train_loop = solution_train_loop  # the reference's notebook-10 loop, as the notebook names yours
+step_in_use = solution_sample_step  # and its notebook-12 step
+
+
 def train_gpt(forward_fn, loss_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip,
               seed, n_head):  # fmt: skip
-    """Notebook 10's loop for a dict of weights: loss_fn(forward_fn(w, idx, n_head), labels)."""
-    g = torch.Generator().manual_seed(seed)
-    T = w["pos_emb"].shape[0]
-    params = [t for group in optimizer.param_groups for t in group["params"]]
-    losses = []
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
-        idx, labels = sample_batch(tokens, batch_size, T, g)  # [B, T] each
-        loss = loss_fn(forward_fn(w, idx, n_head), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    """Notebook 10's train_loop for a dict of weights: loss_fn(forward_fn(w, idx, n_head), labels)."""
+    params = [t for group in optimizer.param_groups for t in group["params"]]  # what it trains
+    model = WeightsModel(forward_fn, w, n_head, loss_fn, params)  # what notebook 10's loop reads
+    return train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed)
 
 
 def sample_names(forward_fn, w, n_head, bos, num, generator, temperature=1.0, top_k=None,
                  max_len=40):  # fmt: skip
-    """`num` names as lists of ids, drawn from forward_fn at `temperature`, from the top_k."""
-    T = w["pos_emb"].shape[0]
+    """`num` names as lists of ids, notebook 12's sample_step drawn until every row has a BOS."""
+    model = WeightsModel(forward_fn, w, n_head)  # what notebook 12's step reads
     idx = torch.full((num, 1), bos)  # [num, 1]
-    with torch.no_grad():
-        for _step in range(max_len):
-            logits = forward_fn(w, idx[:, -T:], n_head)[:, -1] / temperature  # [num, V]
-            if top_k is not None:
-                kth = logits.topk(top_k, dim=-1).values[:, -1:]  # [num, 1]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            nxt = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # [num, 1]
-            idx = torch.cat([idx, nxt], dim=1)
-            if (idx[:, 1:] == bos).any(dim=1).all():
-                break
+    for _step in range(max_len):
+        nxt = step_in_use(model, idx, temperature, top_k, None, generator)  # [num, 1]
+        idx = torch.cat([idx, nxt], dim=1)
+        if (idx[:, 1:] == bos).any(dim=1).all():  # every row has drawn BOS: all names ended
+            break
     return [row[: row.index(bos)] if bos in row else row for row in idx[:, 1:].tolist()]
+
+
+def sample_step_with(filter_logits: Callable) -> Callable:
+    """Notebook 12's reference `sample_step` with `filter_logits` (the reader's, say) in the place
+    of the course's filter: what stands in for a reader who wrote the filter but not the step.
+
+    Not taught in a notebook: how notebook 14 uses notebook 12's filter when the step is not kept."""
+
+    def step(model, idx, temperature, top_k, top_p, generator):
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            logits = model(idx[:, -model.cfg.block_size :])[0][:, -1]  # [B, V]
+        model.train(was_training)
+        if temperature == 0:
+            return logits.argmax(dim=-1, keepdim=True)
+        probs = filter_logits(logits / temperature, top_k, top_p).softmax(dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)  # [B, 1]
+
+    step.__qualname__ = "sample_step_with(filter_in_use)"  # how yours.use names it
+    return step
 
 
 def cached_attention(x, w_qkv, w_proj, n_head, past):

@@ -6,7 +6,9 @@ notebooks ask `yours.use(check_causal_attention)`: your function when it is kept
 else the course's reference (or `stand_in`), with one printed line saying which. `progress` reads
 the same folder. The folder is `$GPTLIB_YOURS` when set (the tests and the stored notebooks use an
 empty one), else `notebooks/yourgpt/` of the course, else `yourgpt/` here. Edit a piece in its
-notebook: the next pass rewrites the file.
+notebook: the next pass rewrites the file; a check that fails a version you run again withdraws
+the kept one (`withdraw`: set aside as `<exercise>.withdrawn.py`, nothing deleted), and the
+course's reference stands in until yours passes again.
 """
 
 from __future__ import annotations
@@ -179,7 +181,39 @@ def save(name: str, fn: types.FunctionType, notebook: str = "") -> Path | None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+    withdrawn_file(name).unlink(missing_ok=True)  # a pass again: the version set aside is old
     return path
+
+
+def withdrawn_file(name: str) -> Path:
+    """Where `withdraw` sets the kept piece `name` aside."""
+    return folder() / f"{name}.withdrawn.py"
+
+
+def kept_function(path: Path) -> str | None:
+    """The name the function kept in `path` had in its notebook (`def <it>(`), read, not run."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+    for node in tree.body:  # `causal_attention = _attention`: kept under the exercise's name
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+            return node.value.id
+    return defined[-1] if defined else None
+
+
+def withdraw(name: str, fn_name: str) -> Path | None:
+    """Set the kept `yourgpt/<name>.py` aside as `<name>.withdrawn.py` when its check has just
+    failed a function of yours of the same name (the exercise's cell run again with another
+    version), so that later cells stop using it; None when none is kept, or when the failing
+    function has another name (a variant tried beside it withdraws nothing)."""
+    path = folder() / f"{name}.py"
+    if not path.is_file() or kept_function(path) != fn_name:
+        return None
+    os.replace(path, withdrawn_file(name))
+    sys.modules.pop(f"{PACKAGE}.{name}", None)
+    return withdrawn_file(name)
 
 
 # --- reading a piece --------------------------------------------------------------------------
@@ -190,6 +224,13 @@ def load(name: str, where: Path | None = None) -> tuple[Callable | None, str]:
     path = (where or folder()) / f"{name}.py"
     if not path.is_file():
         return None, _(NOT_SOLVED)
+    package = sys.modules.get(PACKAGE)  # `from yourgpt.train_loop import ...` in a kept piece
+    if package is None or list(getattr(package, "__path__", ())) != [str(path.parent)]:
+        package = types.ModuleType(PACKAGE)
+        package.__path__ = [str(path.parent)]
+        sys.modules[PACKAGE] = package
+        for stale in [m for m in sys.modules if m.startswith(f"{PACKAGE}.")]:
+            del sys.modules[stale]  # pieces of another folder
     spec = importlib.util.spec_from_file_location(f"{PACKAGE}.{name}", path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -200,7 +241,7 @@ def load(name: str, where: Path | None = None) -> tuple[Callable | None, str]:
     fn = getattr(module, name, None)
     if not callable(fn):
         return None, _("{file} defines no {name}").format(file=path.name, name=name)
-    sys.modules.setdefault(f"{PACKAGE}.{name}", module)
+    sys.modules[f"{PACKAGE}.{name}"] = module  # the latest load: what a kept piece imports
     return fn, ""
 
 
@@ -221,6 +262,10 @@ def use(check: Callable, stand_in: Callable | None = None) -> Callable:
             return fn
         first = str(getattr(result, "message", result)).splitlines()[0]
         why = _("yours does not pass its check now: {problem}").format(problem=first)
+    elif why == _(NOT_SOLVED) and withdrawn_file(name).is_file():
+        said = _("yours failed its check when you last ran it, and the version that passed before "
+                 "is set aside as {path} until yours passes again")  # fmt: skip
+        why = said.format(path=where_kept(f"{name}.withdrawn"))
     elif why == _(NOT_SOLVED):
         notebook = _notebook_of(name)
         if notebook:

@@ -242,6 +242,28 @@ def log_line(hist: History) -> str:
     )
 
 
+def _check_run(model: GPT, tokens, val_tokens, steps: int, log_every: int) -> None:
+    """What `train` refuses before its first step, each with what was given and what to do."""
+    if steps < 0:
+        raise ValueError(_("steps must be >= 0, got {steps}").format(steps=steps))
+    if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
+        raise ValueError(
+            _(
+                "log_every must be a whole number of steps >= 0, got {log_every}: 50 prints a "
+                "line every 50 steps, 0 (the default) prints nothing"
+            ).format(log_every=repr(log_every))
+        )
+    block = model.cfg.block_size
+    if tokens.numel() < block + 1:
+        raise ValueError(
+            _(
+                "training corpus has {tokens} tokens; block_size={block_size} needs at least "
+                "{needed}: use a longer text or a smaller block_size"
+            ).format(tokens=tokens.numel(), block_size=block, needed=block + 1)
+        )
+    _check_ids(model.cfg.vocab_size, tokens=tokens, val_tokens=val_tokens)
+
+
 def train(
     model: GPT,
     tokens: torch.Tensor,
@@ -277,24 +299,8 @@ def train(
 
     Taught in notebook 10 (training loop).
     """
-    if steps < 0:
-        raise ValueError(_("steps must be >= 0, got {steps}").format(steps=steps))
-    if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
-        raise ValueError(
-            _(
-                "log_every must be a whole number of steps >= 0, got {log_every}: 50 prints a "
-                "line every 50 steps, 0 (the default) prints nothing"
-            ).format(log_every=repr(log_every))
-        )
+    _check_run(model, tokens, val_tokens, steps, log_every)
     block, device = model.cfg.block_size, model.lm_head.weight.device
-    if tokens.numel() < block + 1:
-        raise ValueError(
-            _(
-                "training corpus has {tokens} tokens; block_size={block_size} needs at least "
-                "{needed}: use a longer text or a smaller block_size"
-            ).format(tokens=tokens.numel(), block_size=block, needed=block + 1)
-        )
-    _check_ids(model.cfg.vocab_size, tokens=tokens, val_tokens=val_tokens)
     opt = optimizer or make_optimizer(model, max_lr, weight_decay)
     g = torch.Generator().manual_seed(seed)  # one generator, made once: every step's windows
     hist = History(clip=clip)

@@ -28,7 +28,7 @@ from gptlib.attention import CausalSelfAttention
 from gptlib.data import sample_batch
 from gptlib.language import _
 from gptlib.mlp import MLP
-from gptlib.model import GPT, IGNORE_INDEX
+from gptlib.model import GPT, IGNORE_INDEX, Block
 from gptlib.norms import LayerNorm, RMSNorm
 from gptlib.train import (
     Diverged,
@@ -54,7 +54,8 @@ class _Runs:
     The library's layers are written out for the run axis: a Linear is one batched product per
     run (`bmm`), a norm's gain is one row per run, attention folds the runs into its batch, so
     each of them is a single operation over all R runs. Any other module (one a notebook put in
-    place of a layer) runs once per run through `torch.func.vmap` over its own parameters."""
+    place of a layer) runs once per run through `torch.func.vmap` over its own parameters, or,
+    when it has none, once on every run's rows folded into its batch."""
 
     def __init__(self, model: GPT, p: dict[str, torch.Tensor]):
         self.model, self.p = model, p
@@ -66,7 +67,10 @@ class _Runs:
         runs = torch.arange(R, device=idx.device).view(R, *([1] * (idx.dim() - 1)))
         x = p["tok_emb.weight"][runs, idx] + p["pos_emb.weight"][:, None, :n]  # [R, B, n, d]
         for i, block in enumerate(g.blocks):
-            x = self.block(block, f"blocks.{i}.", x)
+            if type(block) is Block:
+                x = self.block(block, f"blocks.{i}.", x)
+            else:
+                x = self.layer(block, f"blocks.{i}.", x)
         x = self.layer(g.ln_f, "ln_f.", x)
         head = "tok_emb.weight" if g.cfg.tie_embeddings else "lm_head.weight"
         logits = self.linear(x, p[head])  # [R, B, n, V]
@@ -152,7 +156,7 @@ def _check_runs(models: Sequence[GPT], seeds: Sequence[int]) -> None:
         )
     first = models[0]
     for r, model in enumerate(models):
-        if not isinstance(model, GPT):
+        if type(model) is not GPT:  # a subclass may compute another forward pass
             raise TypeError(
                 _("train_runs trains GPT models; model {run} is a {kind}").format(
                     run=r, kind=type(model).__name__

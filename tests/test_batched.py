@@ -48,6 +48,18 @@ class Tripled(nn.Module):
         return torch.cat([x, x, x], dim=-1)
 
 
+class AttentionOnly(nn.Module):
+    """A block without its MLP, in place of a whole block: run per run (vmap) around the
+    library's attention."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.ln1, self.attn = block.ln1, block.attn
+
+    def forward(self, x, cache=None):
+        return x + self.attn(self.ln1(x), cache)
+
+
 def _build(cfg, seed, change=None):
     torch.manual_seed(seed)
     m = GPT(cfg)
@@ -64,6 +76,10 @@ def _one_matrix(m):
 def _tripled(m):
     for b in m.blocks:
         b.attn.qkv = Tripled()
+
+
+def _attention_only(m):
+    m.blocks = nn.ModuleList(AttentionOnly(b) for b in m.blocks)
 
 
 def _wide_mlp(m):
@@ -93,6 +109,7 @@ CASES = {
     # modules a notebook puts in place of a layer: run per run (vmap), or folded (no parameters)
     "one matrix": (microgpt(), _one_matrix),
     "tripled": (microgpt(), _tripled),
+    "attention only": (microgpt(), _attention_only),
 }
 
 
@@ -156,6 +173,12 @@ def test_refuses_runs_that_cannot_share_one_computation(corpus):
     with pytest.raises(ValueError, match="dropout"):
         drop = [_build(microgpt(dropout=0.1), s) for s in (0, 1)]
         train_runs(drop, tokens, 1, seeds=[0, 1])
+
+    class Renamed(GPT):
+        pass
+
+    with pytest.raises(TypeError, match="Renamed"):  # a subclass may compute another forward
+        train_runs([Renamed(microgpt())], tokens, 1, seeds=[0])
     with pytest.raises(ValueError, match="at least one model"):
         train_runs([], tokens, 1, seeds=[])
     with pytest.raises(ValueError, match="ids in 0..26"):

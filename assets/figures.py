@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from gptlib import viz
 from gptlib.bigram import bigram_loss
 from gptlib.checkpoint import load_asset
+from gptlib.classroom import viz
 from gptlib.data import load_corpus
 
 

@@ -86,7 +86,7 @@ cli_run() {
 startup() {
 	local start end
 	start=$(date +%s.%N)
-	"$PYTHON" -c "import torch, gptlib.cli; torch.zeros(1, device='$DEVICE').sum().item()" || return 1
+	"$PYTHON" -c "import torch, gptlib.commandline.cli; torch.zeros(1, device='$DEVICE').sum().item()" || return 1
 	end=$(date +%s.%N)
 	awk -v a="$start" -v b="$end" \
 		'BEGIN { printf "start Python, import torch and gptlib, first kernel: %.1f s\n", b - a }'

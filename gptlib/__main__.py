@@ -1,8 +1,8 @@
 import os
 import sys
 
-from gptlib import distributed
-from gptlib.cli import main
+from gptlib.commandline import distributed
+from gptlib.commandline.cli import main
 
 code = main()
 if distributed.launched_by_torchrun():

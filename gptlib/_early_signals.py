@@ -1,5 +1,5 @@
 """`python -m gptlib ...`: a stop signal (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT) that arrives while torch is
-still being imported is kept in `received`, neither lost nor a traceback; `gptlib.signals.StopSignals`
+still being imported is kept in `received`, neither lost nor a traceback; `gptlib.commandline.signals.StopSignals`
 handles it as soon as the command starts. Imported first by gptlib/__init__.py; does nothing when
 the library is imported any other way (a notebook, a test, another program)."""
 

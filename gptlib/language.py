@@ -434,7 +434,7 @@ class SpeakingArgumentParser(argparse.ArgumentParser):
     """argparse speaking the language in use: while it parses (its errors) and while it shows
     its usage and help, argparse's own sentences come from the catalogue (ARGPARSE_SENTENCES).
 
-    Not taught in a notebook: the command line's parser (gptlib.cli) is one."""
+    Not taught in a notebook: the command line's parser (gptlib.commandline.cli) is one."""
 
     def parse_args(self, args=None, namespace=None):
         with _argparse_speaking():  # its "unrecognized arguments" is said here

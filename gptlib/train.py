@@ -295,7 +295,7 @@ def train(
 
     A non-finite loss raises `Diverged` (a RuntimeError) naming the step; Ctrl-C stops cleanly
     and returns the history so far (`interrupted=True`). Same model init + same seed -> same
-    history. The command line (torchrun, resuming) drives `train_step` from `gptlib.run`.
+    history. The command line (torchrun, resuming) drives `train_step` from `gptlib.commandline.run`.
 
     Taught in notebook 10 (training loop).
     """

@@ -3,7 +3,7 @@
 # the "Noto Sans CJK SC" font of Debian's `fonts-noto-cjk` package, and tests/test_cjk_font.py
 # checks that no glyph is missing. Install it when it is missing: as root directly, otherwise
 # through sudo without a password prompt; if neither works, say what to do (the tests that need it
-# are then skipped; CI checks that it is there). gptlib.viz finds a font installed after
+# are then skipped; CI checks that it is there). gptlib.classroom.viz finds a font installed after
 # matplotlib cached its font list, so no cache needs deleting.
 set -euo pipefail
 FONT="Noto Sans CJK SC"

@@ -287,7 +287,7 @@ def test_the_merge_check_names_a_loop_that_drops_the_last_id():
 
 
 def test_each_merge_slip_is_named_by_its_row():
-    from gptlib.exercises import bpe
+    from gptlib.exercises import nb15_bpe as bpe
 
     for message, slip in bpe.MISTAKES:
         assert check_merge(slip).message == f"✗ merge: {message}"
@@ -323,7 +323,7 @@ def _random_texts():
 def test_the_learn_merges_reference_learns_train_bpes_merges(text):
     """On one piece (a pattern that matches the whole text) gptlib's trainer and the exercise's
     reference learn the same merges in order and encode the text to the same ids."""
-    from gptlib.exercises.bpe import solution_learn_merges
+    from gptlib.exercises.nb15_bpe import solution_learn_merges
 
     k = 1 + len(text) % 12
     tok = train_bpe(text, 256 + k, pattern=r"[\s\S]+")
@@ -337,7 +337,7 @@ def test_the_learn_merges_reference_learns_train_bpes_merges(text):
 
 
 def test_the_learn_merges_reference_on_the_names():
-    from gptlib.exercises.bpe import solution_learn_merges
+    from gptlib.exercises.nb15_bpe import solution_learn_merges
 
     text = " ".join(load_names()[:800])
     tok = train_bpe(text, 256 + 25, pattern=r"[\s\S]+")
@@ -381,7 +381,7 @@ def test_learn_merges_stub_and_refusal():
 def test_learn_merges_check_names_every_promised_slip():
     """Ties broken by first occurrence, runs counted without overlap, counts not taken again after
     a merge: each named by its row."""
-    from gptlib.exercises import bpe
+    from gptlib.exercises import nb15_bpe as bpe
 
     for message, slip in bpe.LEARN_MISTAKES:
         result = bpe.check_learn_merges(slip)

@@ -27,9 +27,9 @@ from gptlib.exercises.progress import EXERCISES
 
 NOTEBOOK = next((Path(__file__).parent.parent / "notebooks").glob("14_*.ipynb"))
 PROJECTS = "# Part 6 · Optional projects"  # the heading after the ladder
-TRAINS = "loop = yours.use(check_gpt_train)"  # the cell that trains beside gptlib
+TRAINS = "loop = yours.use(check_train_gpt)"  # the cell that trains beside gptlib
 # The pieces of notebooks 01-09 the capstone takes from the reader's package, by saved name.
-BROUGHT = {ex.yours.exercise_name(c): c for c in ex.your_gpt.PIECE_CHECKS.values()}
+BROUGHT = {ex.yours.exercise_name(c): c for c in ex.nb14_your_gpt.PIECE_CHECKS.values()}
 BROUGHT.update(train_loop=ex.check_train_loop, filter_logits=ex.check_filter_logits,
                sample_step=ex.check_sample_step)  # notebooks 10 and 12  # fmt: skip
 RUNS_FORWARD = re.compile(r"\b(my_forward|forward_in_use|loop|sampler|climb_yours)\(")
@@ -144,11 +144,11 @@ def test_every_check_passes_and_keeps_the_readers_function(solved):
 
 def test_the_readers_pieces_are_in_use(solved):
     out = _output_of(solved, "mine = types.SimpleNamespace(")
-    assert out.count(": yours, from /") == len(ex.your_gpt.PIECE_CHECKS) == 9, out
+    assert out.count(": yours, from /") == len(ex.nb14_your_gpt.PIECE_CHECKS) == 9, out
     assert "stands in" not in out
     assert "embed: yours" in _output_of(solved, "embed_in_use = yours.use(")
     out = _output_of(solved, "forward_in_use = yours.use(")
-    assert "gpt_forward: yours" in out and "\n✓ forward: matches the reference" in out, out
+    assert "forward: yours" in out and "\n✓ forward: matches the reference" in out, out
     for cell in solved.cells:  # every cell that runs the forward says whose: the reader's
         if cell.cell_type == "code" and RUNS_FORWARD.search(cell.source):
             assert "runs your forward" in _text(cell), cell.source[:80]
@@ -157,7 +157,7 @@ def test_the_readers_pieces_are_in_use(solved):
 def test_the_readers_model_trains_to_gptlibs_curve(solved):
     assert "train_loop: yours" in _output_of(solved, "train_loop = yours.use(")  # notebook 10's
     out = _output_of(solved, TRAINS)
-    assert "gpt_train: yours" in out
+    assert "train_gpt: yours" in out
     assert "the two curves within 1e-5 at every one of the 300 steps: True" in out
     assert "equal to 1e-5: True" in _output_of(solved, "val_mine = ")
 
@@ -166,9 +166,9 @@ def test_the_readers_sampler_and_cache(solved):
     out = _output_of(solved, "step_in_use = yours.use(")  # notebook 12's
     assert "filter_logits: yours" in out and "sample_step: yours" in out, out
     out = _output_of(solved, "sampler = yours.use(")
-    assert "gpt_sample: yours" in out and "the same as sample_documents on the twin: True" in out
+    assert "sample_names: yours" in out and "the same as sample_documents on the twin: True" in out
     out = _output_of(solved, "cached_fn = yours.use(")
-    assert "gpt_cached_attention: yours" in out and "gpt_forward_cached: yours" in out
+    assert "cached_attention: yours" in out and "forward_cached: yours" in out
     assert "the same tokens with and without the cache: True" in out
     assert "logits within 1e-5 at every step: True" in out
     assert "27 without the cache, 7 with it" in out
@@ -182,12 +182,12 @@ def test_the_ladder_of_the_readers_pieces_is_the_stored_one(solved):
 
 
 def test_a_detached_norm_and_forward_are_caught_and_not_trained(detached):
-    out = _output_of(detached, "\ncheck_gpt_forward(")
+    out = _output_of(detached, "\ncheck_forward(")
     assert out.startswith("✗ forward: no gradient reaches w['ln_f'] or any weight before"), out
     out = _output_of(detached, "mine = types.SimpleNamespace(")
     assert "rmsnorm: the course's reference stands in" in out and "gradient of x" in out, out
     out = _output_of(detached, "forward_in_use = yours.use(")
-    assert "gpt_forward: the course's reference stands in" in out
+    assert "forward: the course's reference stands in" in out
     out = _output_of(detached, TRAINS)
     assert "runs the course's forward" in out
     assert "the two curves within 1e-5 at every one of the 300 steps: True" in out

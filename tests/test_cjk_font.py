@@ -1,4 +1,4 @@
-"""Chinese characters in gptlib.viz figures are drawn from the CJK font, not as empty boxes, and
+"""Chinese characters in gptlib.classroom.viz figures are drawn from the CJK font, not as empty boxes, and
 Latin-only figures look exactly as they did before the fallback font was added."""
 
 import warnings
@@ -10,7 +10,7 @@ import pytest
 import torch
 from matplotlib import font_manager
 
-from gptlib import viz
+from gptlib.classroom import viz
 
 LINE = "床前明月光"  # the first line of Li Bai's "Quiet Night Thought", one of the Tang 300
 TITLE = f"静夜思：{LINE}"

@@ -5,11 +5,11 @@ import sys
 import pytest
 import torch
 
-import gptlib.cli
+import gptlib.commandline.cli
+import gptlib.commandline.run
 import gptlib.data
-import gptlib.run
 from gptlib.checkpoint import load_checkpoint
-from gptlib.cli import main
+from gptlib.commandline.cli import main
 from gptlib.data import load_names
 
 QUICK = ["--preset", "microgpt", "--batch-size", "4", "--no-progress", "--device", "cpu"]
@@ -208,12 +208,12 @@ def test_resume_continues_the_same_run(tmp_path, capsys, monkeypatch):
     whole = _train(tmp_path, "whole.pt", *common)
 
     # Stop the same run (cosine schedule over 8 steps) after 5 steps, as Ctrl-C would.
-    real_train = gptlib.run.TrainingRun.train
+    real_train = gptlib.commandline.run.TrainingRun.train
 
     def stopped_after_five(run, should_stop, on_step=None):
         return real_train(run, lambda: len(run.history) == 5, on_step)
 
-    monkeypatch.setattr(gptlib.run.TrainingRun, "train", stopped_after_five)
+    monkeypatch.setattr(gptlib.commandline.run.TrainingRun, "train", stopped_after_five)
     part = _train(tmp_path, "part.pt", *common)
     monkeypatch.undo()
     assert (

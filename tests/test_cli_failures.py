@@ -18,11 +18,11 @@ import torch
 from processes import wait_for_line
 
 import gptlib.checkpoint
-import gptlib.cli
-import gptlib.large_text
-import gptlib.report
+import gptlib.commandline.cli
+import gptlib.commandline.large_text
+import gptlib.commandline.report
 from gptlib.checkpoint import load_checkpoint
-from gptlib.cli import main
+from gptlib.commandline.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = ["--preset", "microgpt", "--batch-size", "4", "--no-progress", "--device", "cpu"]
@@ -288,15 +288,15 @@ def test_sigquit_keeps_the_run(tmp_path):
 # meanwhile, as they do while torch's own threads compute.
 STUCK = """
 import ctypes, runpy, signal, sys
-import gptlib.run
-real = gptlib.run.train_step
+import gptlib.commandline.run
+real = gptlib.commandline.run.train_step
 def train_step(*a, **k):
     if k["step"] == 3:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         print("stuck", flush=True)
         ctypes.CDLL(None).sleep(60)
     return real(*a, **k)
-gptlib.run.train_step = train_step
+gptlib.commandline.run.train_step = train_step
 sys.argv[0] = "gptlib"
 runpy.run_module("gptlib", run_name="__main__")
 """
@@ -337,8 +337,10 @@ def test_a_step_expected_to_take_too_long_is_refused_before_work(tmp_path, capsy
 
 
 def test_a_bigram_baseline_that_cannot_fit_is_skipped_in_one_line(tmp_path, capsys, monkeypatch):
-    assert gptlib.report.bigram_memory(30_000) > 7.2e9  # the issue's 30,000-symbol vocabulary
-    monkeypatch.setattr(gptlib.report, "available_memory", lambda device: 500)
+    assert (
+        gptlib.commandline.report.bigram_memory(30_000) > 7.2e9
+    )  # the issue's 30,000-symbol vocabulary
+    monkeypatch.setattr(gptlib.commandline.report, "available_memory", lambda device: 500)
     out = tmp_path / "m.pt"
     assert main(["train", *QUICK, "--steps", "2", "--samples", "0", "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -412,7 +414,9 @@ def test_the_bigram_baseline_in_chunks_is_the_bigram_loss():
 
     corpus = load_corpus("names")
     whole = bigram_loss(corpus.train, corpus.val, corpus.vocab_size)
-    chunked = gptlib.report.chunked_bigram_loss(corpus.train, corpus.val, corpus.vocab_size, 1000)
+    chunked = gptlib.commandline.report.chunked_bigram_loss(
+        corpus.train, corpus.val, corpus.vocab_size, 1000
+    )
     assert abs(whole - chunked) < 1e-5
 
 
@@ -425,13 +429,15 @@ def test_the_bigram_baseline_in_chunks_is_the_bigram_loss():
     ],
 )
 def test_a_large_text_read_in_pieces_is_the_corpus_read_whole(tmp_path, monkeypatch, text):
+    from gptlib.commandline.run import corpus_fingerprint
     from gptlib.data import load_corpus
-    from gptlib.run import corpus_fingerprint
 
     path = tmp_path / "big.txt"
     path.write_bytes(b"\xef\xbb\xbf" + text.encode())  # with a byte-order mark
-    monkeypatch.setattr(gptlib.large_text, "STREAM_CHARS", 7)  # pieces cut lines and \r\n apart
-    streamed = gptlib.large_text._stream_text_corpus(str(path), "auto")
+    monkeypatch.setattr(
+        gptlib.commandline.large_text, "STREAM_CHARS", 7
+    )  # pieces cut lines and \r\n apart
+    streamed = gptlib.commandline.large_text._stream_text_corpus(str(path), "auto")
     whole = load_corpus(str(path))
     assert streamed.tokenizer.itos == whole.tokenizer.itos and streamed.reason == whole.reason
     assert streamed.train.dtype == torch.uint8  # a byte a character, not 8
@@ -443,4 +449,4 @@ def test_a_large_text_read_in_pieces_is_the_corpus_read_whole(tmp_path, monkeypa
 def test_a_large_file_of_lines_is_left_to_load_corpus(tmp_path):
     path = tmp_path / "names.txt"
     path.write_text("emma\nolivia\nava\n" * 100)
-    assert gptlib.large_text._stream_text_corpus(str(path), "auto") is None
+    assert gptlib.commandline.large_text._stream_text_corpus(str(path), "auto") is None

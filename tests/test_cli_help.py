@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from gptlib.cli import TRAIN_DEFAULTS, build_parser
+from gptlib.commandline.cli import TRAIN_DEFAULTS, build_parser
 from gptlib.config import PRESETS
 
 

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from gptlib import language
-from gptlib.cli import build_parser, main
+from gptlib.commandline.cli import build_parser, main
 from gptlib.language import ARGPARSE_SENTENCES, _, set_language
 
 LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")

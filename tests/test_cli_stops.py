@@ -15,15 +15,15 @@ import pytest
 import torch
 from processes import wait_for_line
 
-import gptlib.claim
-import gptlib.cli
-import gptlib.large_text
-import gptlib.needs
-import gptlib.report
-import gptlib.run
-import gptlib.samples
+import gptlib.commandline.claim
+import gptlib.commandline.cli
+import gptlib.commandline.large_text
+import gptlib.commandline.needs
+import gptlib.commandline.report
+import gptlib.commandline.run
+import gptlib.commandline.samples
 from gptlib.checkpoint import load_checkpoint
-from gptlib.cli import main
+from gptlib.commandline.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = ["--preset", "microgpt", "--batch-size", "4", "--no-progress", "--device", "cpu"]
@@ -127,7 +127,7 @@ def test_sigterm_twice_skips_the_final_evaluation(tmp_path, capsys, monkeypatch)
 @needs_main_thread
 def test_sigterm_in_the_final_evaluation_keeps_the_saved_run(tmp_path, capsys, monkeypatch, whole):
     out = tmp_path / "m.pt"
-    _send_when(monkeypatch, gptlib.report, "estimate_loss", 2, signal.SIGTERM)
+    _send_when(monkeypatch, gptlib.commandline.report, "estimate_loss", 2, signal.SIGTERM)
     assert _train(out, samples="3") == 128 + signal.SIGTERM
     text = capsys.readouterr().out
     assert "final evaluation stopped" in text and "samples" not in text
@@ -138,7 +138,7 @@ def test_sigterm_in_the_final_evaluation_keeps_the_saved_run(tmp_path, capsys, m
 @needs_main_thread
 def test_sighup_while_saving_waits_for_the_save(tmp_path, capsys, monkeypatch):
     out = tmp_path / "m.pt"
-    _send_when(monkeypatch, gptlib.run, "save_checkpoint", 1, signal.SIGHUP)
+    _send_when(monkeypatch, gptlib.commandline.run, "save_checkpoint", 1, signal.SIGHUP)
     assert _train(out, samples="3") == 128 + signal.SIGHUP
     text = capsys.readouterr().out
     assert "saving, one moment" in text and "final train loss" in text  # one signal: evaluated
@@ -221,7 +221,7 @@ def test_after_a_kill_9_the_next_run_takes_over_and_cleans_up(tmp_path, capsys):
         proc.kill()
     left = os.listdir(tmp_path)
     assert left and "m.pt" not in left
-    lock = tmp_path / os.path.basename(gptlib.claim.lock_path(str(out)))
+    lock = tmp_path / os.path.basename(gptlib.commandline.claim.lock_path(str(out)))
     token = re.search(r" token ([0-9a-f]+)$", lock.read_text().strip())[1]  # the killed run's
     orphan = tmp_path / f".m.pt.{token}.tmp-abcd_123.pt"  # as its save killed half-way leaves it
     orphan.write_bytes(b"half a checkpoint")
@@ -239,8 +239,10 @@ def test_a_users_file_named_like_a_temporary_file_is_never_removed(tmp_path, cap
     out = tmp_path / "m.pt"
     mine = tmp_path / ".m.pt.tmp-abcd_123.pt"  # the shape of a temporary file, without a token
     mine.write_bytes(b"my file")
-    lock = tmp_path / os.path.basename(gptlib.claim.lock_path(str(out)))
-    lock.write_text(f"{gptlib.claim.LOCK_MARK}12345\n")  # a stale lock of an older run: no token
+    lock = tmp_path / os.path.basename(gptlib.commandline.claim.lock_path(str(out)))
+    lock.write_text(
+        f"{gptlib.commandline.claim.LOCK_MARK}12345\n"
+    )  # a stale lock of an older run: no token
     assert _train(out, "--steps", "2") == 0
     assert "removed" not in capsys.readouterr().out
     assert mine.read_bytes() == b"my file" and sorted(os.listdir(tmp_path)) == [mine.name, "m.pt"]
@@ -259,7 +261,7 @@ def test_a_users_file_named_out_lock_is_left_alone(tmp_path):
 
 def test_a_file_that_is_not_a_gptlib_lock_is_never_locked_nor_removed(tmp_path, capsys):
     out = tmp_path / "m.pt"
-    theirs = tmp_path / os.path.basename(gptlib.claim.lock_path(str(out)))
+    theirs = tmp_path / os.path.basename(gptlib.commandline.claim.lock_path(str(out)))
     theirs.write_text("not a lock")
     with pytest.raises(SystemExit) as e:
         _train(out)
@@ -277,7 +279,7 @@ def test_a_failing_final_evaluation_keeps_the_saved_run(tmp_path, capsys, monkey
         sizes.append(batch_size)
         raise RuntimeError("CUDA out of memory")
 
-    monkeypatch.setattr(gptlib.report, "estimate_loss", out_of_memory)
+    monkeypatch.setattr(gptlib.commandline.report, "estimate_loss", out_of_memory)
     out = tmp_path / "m.pt"
     assert main(["train", *QUICK, "--batch-size", "3", "--steps", "3", "--out", str(out)]) == 0
     assert sizes == [3]  # the run's own batch size, not 32
@@ -369,13 +371,13 @@ def test_sampling_many_documents_goes_in_batches(tmp_path, capsys, monkeypatch):
     out = tmp_path / "n.pt"
     assert _train(out, "--steps", "1") == 0
     calls = []
-    real = gptlib.samples.sample_documents
+    real = gptlib.commandline.samples.sample_documents
 
     def counting(model, tokenizer, num, *a, **k):
         calls.append(num)
         return real(model, tokenizer, num, *a, **k)
 
-    monkeypatch.setattr(gptlib.samples, "sample_documents", counting)
+    monkeypatch.setattr(gptlib.commandline.samples, "sample_documents", counting)
     capsys.readouterr()
     main(["sample", str(out), "--num", "600", "--max-len", "4"])
     assert len(capsys.readouterr().out.splitlines()) == 600
@@ -420,9 +422,9 @@ def test_a_file_of_nul_bytes_is_not_text(tmp_path, capsys):
 def test_a_step_that_cannot_fit_in_memory_is_refused_before_the_data_is_read(
     tmp_path, capsys, monkeypatch
 ):
-    monkeypatch.setattr(gptlib.needs, "available_memory", lambda device: 10**9)
+    monkeypatch.setattr(gptlib.commandline.needs, "available_memory", lambda device: 10**9)
     monkeypatch.setattr(
-        gptlib.large_text, "load_corpus", lambda *a, **k: pytest.fail("data was read")
+        gptlib.commandline.large_text, "load_corpus", lambda *a, **k: pytest.fail("data was read")
     )
     argv = ["train", *QUICK, "--preset", "textbook", "--batch-size", "4096"]
     err = _refused_before_work([*argv, "--out", str(tmp_path / "x.pt")], capsys, tmp_path, "GB")

@@ -7,9 +7,9 @@ import sys
 
 import torch
 
-from gptlib import distributed
 from gptlib.checkpoint import load_checkpoint
-from gptlib.cli import TRAIN_DEFAULTS
+from gptlib.commandline import distributed
+from gptlib.commandline.cli import TRAIN_DEFAULTS
 from gptlib.data import load_corpus, sample_batch
 from gptlib.model import GPT
 from gptlib.train import learning_rate, make_optimizer, train_step
@@ -93,16 +93,16 @@ def test_two_processes_equal_one_with_the_global_batch(tmp_path):
 
 FAILING = """
 import os, sys
-import gptlib.cli, gptlib.run
-real = gptlib.run.TrainingRun.train
+import gptlib.commandline.cli, gptlib.commandline.run
+real = gptlib.commandline.run.TrainingRun.train
 def failing(run, should_stop, on_step=None):
     def cb(hist):
         on_step(hist)
         if len(hist) == 2 and os.environ["RANK"] == "1":
             raise RuntimeError("rank 1 gave up at step 2")
     return real(run, should_stop, cb)
-gptlib.run.TrainingRun.train = failing
-sys.exit(gptlib.cli.main(sys.argv[1:]))
+gptlib.commandline.run.TrainingRun.train = failing
+sys.exit(gptlib.commandline.cli.main(sys.argv[1:]))
 """
 
 

@@ -6,9 +6,13 @@ inputs in place."""
 
 import torch
 
-from gptlib.exercises import generation, kv_cache, norms, training, your_gpt
-from gptlib.exercises.bpe import check_merge, solution_merge
-from gptlib.exercises.training import check_adamw_step, check_validation_loss
+from gptlib.exercises import nb06_normalisation as norms
+from gptlib.exercises import nb10_training_loop as training
+from gptlib.exercises import nb12_generation as generation
+from gptlib.exercises import nb13_kv_cache as kv_cache
+from gptlib.exercises import nb14_your_gpt as your_gpt
+from gptlib.exercises.nb10_training_loop import check_adamw_step, check_validation_loss
+from gptlib.exercises.nb15_bpe import check_merge, solution_merge
 
 GRAPH = "built a graph for a backward that nobody calls"
 
@@ -75,7 +79,7 @@ def test_a_sampler_without_no_grad_is_named():
                 break
         return [r[: r.index(bos)] if bos in r else r for r in idx[:, 1:].tolist()]
 
-    assert GRAPH in your_gpt.check_gpt_sample(sample_names).message
+    assert GRAPH in your_gpt.check_sample_names(sample_names).message
 
 
 def test_an_input_changed_in_place_is_named():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import gptlib.exercises as ex
+from gptlib.exercises import yours
 from gptlib.exercises.checking import _target
 from gptlib.exercises.table import EXERCISES
 
@@ -35,6 +36,10 @@ def test_every_record(record):
         "".join(c["source"]) for c in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     )
     assert f"{record.check}(" in text, f"{notebook.name} never calls {record.check}"
+    # one name from the check to the kept file: check_<name>, solution_<name>, the reader's
+    # `def <name>(` in the notebook, kept as yourgpt/<name>.py
+    assert check.__name__ == f"check_{record.name}" and yours.exercise_name(check) == record.name
+    assert f"def {record.name}(" in text, f"{notebook.name} has no `def {record.name}(` to write"
     assert f"Difficulty {'★' * record.stars}" in text  # minutes: test_notebook_exercises
     for refusal in record.refusals:
         assert callable(_target(refusal.path)), refusal.path

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptlib.exercises import attention
+from gptlib.exercises import nb03_scaled_attention as attention
 
 check = attention.check_causal_attention
 

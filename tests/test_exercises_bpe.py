@@ -2,7 +2,7 @@
 pair across two of them (11, 2 with pair (1, 2)) are among its inputs, and the slip has its row
 (the check's other rows are tested in test_bpe)."""
 
-from gptlib.exercises import bpe
+from gptlib.exercises import nb15_bpe as bpe
 
 
 def _as_text(ids, pair, new_id):  # as a reader writes it

@@ -3,7 +3,7 @@ import torch
 
 from gptlib.data import encode_documents
 from gptlib.exercises import check_encode_stream, solution_encode_stream
-from gptlib.exercises import data as exercise
+from gptlib.exercises import nb00_data_and_tokens as exercise
 from gptlib.tokenizer import CharTokenizer
 
 TOK = CharTokenizer("abcdefghijklmnopqrstuvwxyz", bos=".")

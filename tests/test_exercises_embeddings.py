@@ -3,7 +3,8 @@ import torch
 import torch.nn.functional as F
 
 from gptlib import GPT, microgpt
-from gptlib.exercises import check_embed, embeddings, solution_embed
+from gptlib.exercises import check_embed, solution_embed
+from gptlib.exercises import nb01_embeddings as embeddings
 
 
 def test_solution_matches_the_model_embedding():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gptlib.config import textbook
-from gptlib.exercises import generation
+from gptlib.exercises import nb12_generation as generation
 from gptlib.generate import filter_logits, generate
 from gptlib.model import GPT
 

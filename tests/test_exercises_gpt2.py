@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gptlib.config import gpt2
-from gptlib.exercises import gpt2 as ex_gpt2
+from gptlib.exercises import nb16_gpt2 as ex_gpt2
 from gptlib.exercises.checking import refusal_message
 from gptlib.exercises.table import REFUSALS
 from gptlib.huggingface import BLOCK_NAMES, TABLE_NAMES, gptlib_name, gptlib_state_dict

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from gptlib.config import textbook
-from gptlib.exercises import kv_cache
+from gptlib.exercises import nb13_kv_cache as kv_cache
 from gptlib.generate import generate
 from gptlib.kvcache import KVCache
 from gptlib.model import GPT

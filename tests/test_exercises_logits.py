@@ -4,7 +4,7 @@ differently passes, each kept slip is named by its row, and the promised slips a
 import pytest
 import torch
 
-from gptlib.exercises import logits
+from gptlib.exercises import nb08_logits as logits
 from gptlib.generate import next_token_probs
 
 check = logits.check_temperature_probs

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptlib.exercises import loss
+from gptlib.exercises import nb09_loss as loss
 from gptlib.model import GPT
 
 

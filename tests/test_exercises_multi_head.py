@@ -5,7 +5,7 @@ import torch
 
 from gptlib.attention import CausalSelfAttention
 from gptlib.config import microgpt
-from gptlib.exercises import multi_head
+from gptlib.exercises import nb04_multi_head as multi_head
 
 
 def test_solutions_are_inverse_and_match_the_library():

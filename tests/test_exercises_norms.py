@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gptlib.config import microgpt, textbook
-from gptlib.exercises import norms
+from gptlib.exercises import nb06_normalisation as norms
 from gptlib.model import Block
 
 

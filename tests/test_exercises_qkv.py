@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from gptlib import GPT, microgpt
-from gptlib.exercises import check_qkv_split, qkv, solution_qkv_split
+from gptlib.exercises import check_qkv_split, solution_qkv_split
+from gptlib.exercises import nb02_qkv as qkv
 
 
 def test_split_matches_the_attention_layer():

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.autograd import grad as imported_grad
 
-from gptlib.exercises import residual
+from gptlib.exercises import nb05_residual as residual
 
 
 def _ids(m):

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from gptlib.data import sample_batch
-from gptlib.exercises import training
+from gptlib.exercises import nb10_training_loop as training
 from gptlib.train import learning_rate, train
 
 

@@ -1,7 +1,7 @@
 """Notebook 14, the capstone: each kept slip is named by its row, the slips the notebook plants are
 named in their pieces, a cut gradient shows in the forward's check and in the training check, and
 the reference pieces, forward, loop and sampler give what gptlib's GPT gives (the plain-tensor
-tools and the climb with the reader's pieces are gptlib.ladder's, tested in test_ladder)."""
+tools and the climb with the reader's pieces are gptlib.classroom.ladder's, tested in test_ladder)."""
 
 import types
 from functools import partial
@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from gptlib.checkpoint import load_asset
+from gptlib.classroom.ladder import estimate_forward_loss, gpt_optimizer, gpt_weights, trainable
 from gptlib.config import microgpt
 from gptlib.data import load_corpus
-from gptlib.exercises import generation as G
-from gptlib.exercises import training as L
-from gptlib.exercises import your_gpt as Y
+from gptlib.exercises import nb10_training_loop as L
+from gptlib.exercises import nb12_generation as G
+from gptlib.exercises import nb14_your_gpt as Y
 from gptlib.generate import generate
-from gptlib.ladder import estimate_forward_loss, gpt_optimizer, gpt_weights, trainable
 from gptlib.model import GPT
 from gptlib.train import estimate_loss, train
 
@@ -29,16 +29,16 @@ def _row(check, name, table, wrap=lambda wrong: wrong):
 
 
 ROWS = [
-    *_row(Y.check_gpt_forward, "forward", Y.FORWARD_MISTAKES),
-    *_row(Y.check_gpt_train, "train_gpt", Y.LOOP_MISTAKES),
+    *_row(Y.check_forward, "forward", Y.FORWARD_MISTAKES),
+    *_row(Y.check_train_gpt, "train_gpt", Y.LOOP_MISTAKES),
     *_row(
-        Y.check_gpt_sample,
+        Y.check_sample_names,
         "sample_names",
         Y.SAMPLE_MISTAKES,
         lambda how: lambda *a: how(Y.sample_names, *a),
     ),  # fmt: skip
-    *_row(Y.check_gpt_cached_attention, "cached_attention", Y.CACHED_MISTAKES),
-    *_row(Y.check_gpt_forward_cached, "forward_cached", Y.FORWARD_CACHED_MISTAKES),
+    *_row(Y.check_cached_attention, "cached_attention", Y.CACHED_MISTAKES),
+    *_row(Y.check_forward_cached, "forward_cached", Y.FORWARD_CACHED_MISTAKES),
 ]
 
 
@@ -54,7 +54,7 @@ def test_each_kept_slip_is_named_by_its_row(check, name, hint, wrong):
 @pytest.mark.parametrize("slip, piece", [("no scale", "causal_attention"),
                                          ("no residual", "pre_norm_block")])  # fmt: skip
 def test_a_planted_slip_is_named_in_its_piece(slip, piece):
-    message = Y.check_gpt_forward(Y.forward, Y.planted_slip(slip)).message
+    message = Y.check_forward(Y.forward, Y.planted_slip(slip)).message
     assert message.startswith(f"✗ forward: {piece} "), message
 
 
@@ -83,7 +83,7 @@ def _attention_detached(q, k, v):  # the weights taken out of the graph, the val
     ],
 )
 def test_a_piece_right_in_value_but_cut_is_located_not_blamed_on_the_embedding(piece, cut, located):
-    message = Y.check_gpt_forward(Y.forward, Y._with(**{piece: cut})).message
+    message = Y.check_forward(Y.forward, Y._with(**{piece: cut})).message
     assert message.startswith("✗ forward: ") and located in message, message
     assert "tok_emb" not in message  # the embedding upstream is not the cut
 
@@ -92,7 +92,7 @@ def test_a_detached_forward_is_located_at_the_head():
     def forward(w, idx, n_head, pieces):
         return Y.forward(w, idx, n_head, pieces).detach() + 0 * w["lm_head"].sum()
 
-    message = Y.check_gpt_forward(forward).message
+    message = Y.check_forward(forward).message
     assert message.startswith("✗ forward: no gradient reaches w['lm_head'] or any weight before it")
 
 
@@ -100,8 +100,8 @@ def test_the_training_check_trains_the_forward_it_is_handed():
     def forward_fn(w, idx, n_head):
         return Y.forward(w, idx, n_head, Y._with(rmsnorm=_rms_detached))
 
-    assert Y.check_gpt_train(Y.train_gpt)
-    message = Y.check_gpt_train(Y.train_gpt, forward_fn).message
+    assert Y.check_train_gpt(Y.train_gpt)
+    message = Y.check_train_gpt(Y.train_gpt, forward_fn).message
     assert message.startswith("✗ train_gpt: the forward it trains: the output is right, but the ")
     assert "the cut lies in the rmsnorm" in message
 
@@ -114,19 +114,19 @@ def _with_global(fn, name, value):
 
 def test_train_gpt_runs_notebook_10s_loop_and_its_slip_is_named():
     reader = _with_global(Y.train_gpt, "train_loop", L.solution_train_loop)
-    assert Y.check_gpt_train(reader)
+    assert Y.check_train_gpt(reader)
     unzeroed = _with_global(Y.train_gpt, "train_loop", partial(L._loop, order="bcs"))
     hint = next(h for h, wrong in Y.LOOP_MISTAKES if wrong.keywords == {"order": "bcs"})
-    assert Y.check_gpt_train(unzeroed).message == f"✗ train_gpt: {hint}"
+    assert Y.check_train_gpt(unzeroed).message == f"✗ train_gpt: {hint}"
 
 
 def test_sample_names_runs_notebook_12s_step_or_the_course_step_around_the_filter():
     around = Y.sample_step_with(G.solution_filter_logits)
-    assert Y.check_gpt_sample(_with_global(Y.sample_names, "step_in_use", around))
-    assert Y.check_gpt_sample(_with_global(Y.sample_names, "step_in_use", G.solution_sample_step))
+    assert Y.check_sample_names(_with_global(Y.sample_names, "step_in_use", around))
+    assert Y.check_sample_names(_with_global(Y.sample_names, "step_in_use", G.solution_sample_step))
     k_plus_one = partial(G._filter, k_shift=1)  # a slip of notebook 12's filter
     slipped = _with_global(Y.sample_names, "step_in_use", Y.sample_step_with(k_plus_one))
-    assert Y.check_gpt_sample(slipped).message.startswith("✗ sample_names: name ")
+    assert Y.check_sample_names(slipped).message.startswith("✗ sample_names: name ")
 
 
 def test_a_sampler_that_never_crops_the_context_gets_the_block_hint():
@@ -138,13 +138,13 @@ def test_a_sampler_that_never_crops_the_context_gets_the_block_hint():
             idx = torch.cat([idx, torch.multinomial(logits.softmax(-1), 1, generator=generator)], 1)
         return idx[:, 1:].tolist()
 
-    message = Y.check_gpt_sample(uncropped).message
+    message = Y.check_sample_names(uncropped).message
     assert message.startswith("✗ sample_names: your function raised ")
     assert message.endswith(Y.CROP)
 
 
 def test_a_list_is_accepted_where_a_pair_is_asked():
-    assert Y.check_gpt_cached_attention(lambda *a: list(Y.cached_attention(*a)))
+    assert Y.check_cached_attention(lambda *a: list(Y.cached_attention(*a)))
 
 
 # --- the reference is gptlib's GPT ------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_a_sampler_that_keeps_the_closing_bos_is_told_which_name_differs():
         bos = args[3]
         return [[*name, bos] for name in Y.sample_names(*args)]
 
-    message = Y.check_gpt_sample(sample_names).message
+    message = Y.check_sample_names(sample_names).message
     assert message.startswith("✗ sample_names: name 0 of the 6 drawn differs: yours is the ids [")
     assert "shape" not in message
 
@@ -207,6 +207,6 @@ def test_a_cache_that_grows_by_a_block_each_call_is_told_in_blocks():
         cache.extend(mine)
         return logits
 
-    message = Y.check_gpt_forward_cached(appends).message
+    message = Y.check_forward_cached(appends).message
     assert message.startswith("✗ forward_cached: after the 4 calls your cache holds 8 entries")
     assert message.endswith("where the model's 2 blocks keep one (k, v) each")

@@ -18,7 +18,7 @@ from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from gptlib.bpe import gpt2_tokenizer  # noqa: E402
-from gptlib.cli import main  # noqa: E402
+from gptlib.commandline.cli import main  # noqa: E402
 from gptlib.config import gpt2, preset, textbook  # noqa: E402
 from gptlib.generate import generate  # noqa: E402
 from gptlib.huggingface import GPT2FormatError, load_hf_gpt2, save_hf_gpt2  # noqa: E402

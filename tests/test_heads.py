@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from gptlib import GPT, microgpt
-from gptlib.heads import HEAD_STATS, head_stats, heads_off, latest_start
+from gptlib.classroom.heads import HEAD_STATS, head_stats, heads_off, latest_start
 
 BOS = 0
 

@@ -8,10 +8,7 @@ import torch
 from gptlib import GPT, microgpt
 from gptlib.attention import CausalSelfAttention
 from gptlib.checkpoint import load_asset
-from gptlib.config import textbook
-from gptlib.data import load_corpus
-from gptlib.exercises import your_gpt
-from gptlib.ladder import (
+from gptlib.classroom.ladder import (
     RUNGS,
     PartialGPT,
     build_rung,
@@ -21,6 +18,9 @@ from gptlib.ladder import (
     gpt_weights,
     rung_forwards,
 )
+from gptlib.config import textbook
+from gptlib.data import load_corpus
+from gptlib.exercises import nb14_your_gpt as your_gpt
 from gptlib.mlp import MLP
 from gptlib.train import train
 

@@ -8,7 +8,7 @@ import pytest
 from babel.messages.pofile import read_po
 
 from gptlib import language
-from gptlib.cli import build_parser, main
+from gptlib.commandline.cli import build_parser, main
 from gptlib.language import (
     _,
     catalogue_path,
@@ -269,7 +269,7 @@ def test_no_function_that_speaks_rebinds_underscore():
                 ):
                     found.append(f"{path}:{node.lineno} in {getattr(fn, 'name', 'lambda')}")
     names = [str(p) for p, _tree in _modules_speaking()]
-    assert "gptlib/cli.py" in names and "gptlib/exercises/checking.py" in names
+    assert "gptlib/commandline/cli.py" in names and "gptlib/exercises/checking.py" in names
     assert not found, f"`_` rebound where it translates: {found}"
 
 
@@ -347,7 +347,7 @@ def test_tr_answers_a_bool_in_the_language_in_use():
 
 
 def test_a_table_answers_its_bool_cells_in_the_language_in_use():
-    from gptlib.shapes import Table
+    from gptlib.classroom.shapes import Table
 
     table = Table(["case", "same"], [["a", True], ["b", False]])
     assert "True" in str(table) and "<td>False</td>" in table._repr_html_()
@@ -419,7 +419,7 @@ def test_every_error_a_notebook_shows_gets_its_own_gloss_in_the_language_in_use(
 
 
 def test_an_explorer_shows_a_sentence_not_its_repr_where_no_widget_is_drawn():
-    from gptlib import widgets
+    from gptlib.classroom import widgets
 
     box = widgets.attention_scale_explorer()
     data = box._repr_mimebundle_()

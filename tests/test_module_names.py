@@ -130,13 +130,30 @@ def test_a_hidden_submodule_is_found(tmp_path, monkeypatch):
             del sys.modules[name]
 
 
+# Folders that only group modules (the classroom, the command line): their modules are listed one
+# by one, as `classroom.viz`; any other package (`exercises`) is one unit.
+GROUPS = ("classroom", "commandline")
+
+
+def _units() -> list[str]:
+    """gptlib's modules as the module list names them: `model`, `exercises`, `classroom.viz`."""
+    found = []
+    for info in pkgutil.iter_modules(gptlib.__path__):
+        if info.name in GROUPS:
+            group = Path(gptlib.__file__).parent / info.name
+            found += [f"{info.name}.{sub.name}" for sub in pkgutil.iter_modules([str(group)])]
+        else:
+            found.append(info.name)
+    return sorted(found)
+
+
 def _listed(readme: str) -> list[str]:
     """The modules of gptlib/ the README's module list names, in its order."""
     text = _readme(readme)
     start = text.index(MODULE_LIST[readme] + "\n")
     end = text.find("\n## ", start + 1)
     section = text[start : end if end >= 0 else None]
-    modules = {info.name for info in pkgutil.iter_modules(gptlib.__path__)}
+    modules = set(_units())
     found = []
     for name in re.findall(r"`([\w.]+)`", section):
         if name in modules and name not in found:
@@ -144,9 +161,16 @@ def _listed(readme: str) -> list[str]:
     return found
 
 
+def _unit_of(parts: list[str]) -> str:
+    """The unit a dotted name gptlib.<parts> belongs to."""
+    if parts[0] in GROUPS and len(parts) > 1:
+        return f"{parts[0]}.{parts[1]}"
+    return parts[0]
+
+
 def _imports(module: str) -> set[str]:
-    """The gptlib modules `gptlib.<module>` (every file of a package) imports, anywhere in it."""
-    path = Path(gptlib.__file__).parent / module
+    """The gptlib units `gptlib.<module>` (every file of a package) imports, anywhere in it."""
+    path = Path(gptlib.__file__).parent.joinpath(*module.split("."))
     files = sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
     found = set()
     for file in files:
@@ -159,16 +183,20 @@ def _imports(module: str) -> set[str]:
                 continue
             for name in names:
                 parts = name.split(".")
-                if parts[0] == "gptlib" and len(parts) > 1 and parts[1] != module:
-                    if _is_submodule("gptlib", parts[1]):
-                        found.add(parts[1])
+                if parts[0] != "gptlib" or len(parts) < 2:
+                    continue
+                unit = _unit_of(parts[1:])
+                if unit != module and unit in GROUPS:
+                    continue  # `from gptlib.classroom import viz`: the unit is in the next name
+                if unit != module and _is_submodule("gptlib", unit):
+                    found.add(unit)
     return found
 
 
 @pytest.mark.parametrize("readme", MODULE_LIST)
 def test_the_module_list_names_every_module_in_import_order(readme):
     listed = _listed(readme)
-    modules = sorted(info.name for info in pkgutil.iter_modules(gptlib.__path__))
+    modules = _units()
     missing = [m for m in modules if m not in listed]
     assert not missing, f"{readme}'s module list leaves out {missing}; say what each one holds"
     late = [
@@ -188,7 +216,7 @@ def _layers(text: str) -> list[list[str]]:
     """The modules each bullet of MAINTAINING.md's layer map names, bullet by bullet."""
     start = text.index("## The layer map\n")
     section = text[start : text.index("\n## ", start + 1)]
-    modules = {info.name for info in pkgutil.iter_modules(gptlib.__path__)}
+    modules = set(_units())
     bullets = re.split(r"\n- ", section)[1:]
     return [[n for n in re.findall(r"`([\w.]+)`", b) if n in modules] for b in bullets]
 
@@ -197,11 +225,14 @@ def test_the_layer_map_places_every_module_in_one_layer():
     layers = _layers(_readme("MAINTAINING.md"))
     assert len(layers) == 3  # the GPT the chapters teach, the classroom, the command line
     placed = [m for layer in layers for m in layer]
-    modules = {info.name for info in pkgutil.iter_modules(gptlib.__path__)} - NOT_IMPORTED
+    modules = set(_units()) - NOT_IMPORTED
     assert not modules - set(placed), f"the layer map leaves out {sorted(modules - set(placed))}"
     twice = sorted({m for m in placed if sum(m in layer for layer in layers) > 1})
     assert not twice, f"the layer map places {twice} in more than one layer"
-    assert "model" in layers[0] and "exercises" in layers[1] and "cli" in layers[2]
+    assert "model" in layers[0] and "exercises" in layers[1] and "commandline.cli" in layers[2]
+    # the folders show the wings: the classroom's modules and the command line's live apart
+    assert all(m.startswith("classroom.") or m == "exercises" for m in layers[1])
+    assert all(m.startswith("commandline.") for m in layers[2])
 
 
 # The model's core, bottom to top, whatever order the READMEs list it in: each module may import
@@ -264,3 +295,47 @@ def test_the_layer_check_can_fail():
         "config imports ['mlp']"
     )
     assert _names_gptlib("model")  # the scan sees gptlib imports where there are some
+
+
+# The exercise package's own machinery; every other module of it holds one notebook's checks.
+EXERCISE_MACHINERY = {"__init__", "checking", "table", "yours", "assemble", "progress"}
+
+
+def _near(a: str, b: str) -> bool:
+    """Whether two module names read as one: equal, one inside the other, or a letter or two apart."""
+    import difflib
+
+    return a in b or b in a or difflib.SequenceMatcher(None, a, b).ratio() >= 0.8
+
+
+def test_each_exercise_module_is_named_after_its_notebook():
+    folder = ROOT / "gptlib" / "exercises"
+    notebooks = {p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    core = [u for u in _units() if "." not in u and u not in ("exercises", "__main__")]
+    for path in sorted(folder.glob("*.py")):
+        name = path.stem
+        if name in EXERCISE_MACHINERY:
+            continue
+        assert name.startswith("nb") and name[2:] in notebooks, (
+            f"exercises/{name}.py: name it after its notebook, nbNN_topic (one of {sorted(notebooks)})"
+        )
+    machinery = EXERCISE_MACHINERY - {"__init__"}
+    clash = [(m, c) for m in machinery for c in core if _near(m, c)]
+    assert not clash, f"exercise modules that read as a core module's name: {clash}"
+
+
+def test_the_near_name_check_can_fail():
+    assert _near("norms", "norms") and _near("kv_cache", "kvcache") and _near("norm", "norms")
+    assert not _near("nb03_scaled_attention", "model") and not _near("checking", "config")
+
+
+def test_the_exercises_are_imported_by_name_not_by_a_loop():
+    source = (ROOT / "gptlib" / "exercises" / "__init__.py").read_text(encoding="utf-8")
+    assert "importlib" not in source and "pkgutil" not in source
+    tree = ast.parse(source)
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                for a in n.names}  # fmt: skip
+    from gptlib.exercises.table import EXERCISES
+
+    missing = [e.check for e in EXERCISES if e.check not in imported]
+    assert not missing, f"exercises/__init__.py does not import {missing} by name"

@@ -25,7 +25,7 @@ KNOWN: dict[tuple[str, str], str] = {
     # write is listing the optimizer's tensors (10's HandAdamW lists them) and calling train_loop
     # (10's stub has its signature). The change that removes it: 14 assembles train_gpt in a cell
     # of its own instead of asking for it (15 then takes the reader's loop the same way).
-    ("check_gpt_train", "10_training_loop"): "14 assembles train_gpt instead of asking for it",
+    ("check_train_gpt", "10_training_loop"): "14 assembles train_gpt instead of asking for it",
 }
 
 
@@ -167,7 +167,7 @@ def test_every_learner_form_is_an_answer_its_check_accepts(check):
     """A form that its check refused would not be an answer a learner could have written."""
     from gptlib.data import sample_batch
     from gptlib.exercises import yours
-    from gptlib.exercises.generation import solution_filter_logits
+    from gptlib.exercises.nb12_generation import solution_filter_logits
     from gptlib.train import learning_rate
 
     context = {

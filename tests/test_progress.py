@@ -10,7 +10,7 @@ import pytest
 from stubs import solution_source
 
 import gptlib.exercises as ex
-from gptlib.cli import main
+from gptlib.commandline.cli import main
 from gptlib.exercises import yours
 from gptlib.exercises.progress import EXERCISES, FAILS, NOT_WRITTEN, SOLVED, collect, format_table
 
@@ -127,12 +127,15 @@ def test_a_kept_file_that_no_longer_imports_fails_and_says_why(tmp_path):
     _keep(
         tmp_path, "embed", "from nowhere_at_all import wte\n\ndef embed(ids, wte, wpe):\n    pass\n"
     )
-    _keep(tmp_path, "mlp", "def mlp_forward(x, w_fc, w_proj, activation):\n    return x\n")
+    _keep(tmp_path, "mlp_forward", "def mlp_forward(x, w_fc, w_proj, activation):\n    return x\n")
     rows = {r.exercise.check: r for r in collect(tmp_path)}
     assert rows["check_embed"].state == FAILS
     assert "does not import" in rows["check_embed"].detail
     assert "ModuleNotFoundError" in rows["check_embed"].detail
-    assert rows["check_mlp"].state == FAILS and "defines no mlp" in rows["check_mlp"].detail
+    assert (
+        rows["check_mlp_forward"].state == FAILS
+        and "defines no mlp" in rows["check_mlp_forward"].detail
+    )
 
 
 def test_an_endless_loop_fails_and_the_rest_still_runs(tmp_path):

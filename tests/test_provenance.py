@@ -34,8 +34,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
-PLUMBING = {"cli", "run", "checkpoint", "distributed", "device", "_early_signals", "__main__"}
-PLUMBING |= {"settings", "signals", "claim", "needs", "large_text", "samples", "report"}
+# The command line's wing (gptlib/commandline/, every module of it) and the plumbing it shares
+PLUMBING = {"checkpoint", "device", "_early_signals", "__main__"}
+PLUMBING |= {f"commandline.{p.stem}" for p in (ROOT / "gptlib" / "commandline").glob("*.py")} - {
+    "commandline.__init__"
+}
 
 TAUGHT = re.compile(r"Taught in notebook (\d\d) \(([^()]+)\)\.")
 USED = re.compile(r"Used in notebook (\d\d) \(([^()]+)\), through ([\w.]+)\.")
@@ -104,7 +107,9 @@ def provenance_problems(name: str, doc: str | None, notebooks=NOTEBOOKS) -> list
 def _definitions() -> dict[str, list[ast.AST]]:
     """Every module-level function and class of gptlib/*.py, private ones too, by name."""
     found: dict[str, list[ast.AST]] = {}
-    for path in sorted((ROOT / "gptlib").glob("*.py")):
+    for path in sorted((ROOT / "gptlib").rglob("*.py")):
+        if "exercises" in path.parts:
+            continue
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 found.setdefault(node.name, []).append(node)
@@ -146,8 +151,8 @@ def reaches(start: str | ast.AST, name: str, definitions=DEFINITIONS) -> bool:
 def command_line_reaches(name: str) -> bool:
     """Whether the command line (cli.py, run.py) reaches `name` by calls."""
     return any(
-        reaches(ast.parse((ROOT / "gptlib" / f"{m}.py").read_text(encoding="utf-8")), name)
-        for m in ("cli", "run")
+        reaches(ast.parse(path.read_text(encoding="utf-8")), name)
+        for path in (ROOT / "gptlib" / "commandline").glob("*.py")
     )
 
 
@@ -167,8 +172,18 @@ def module_problems(name: str, doc: str | None, notebooks=NOTEBOOKS) -> list[str
 
 
 def _modules() -> list[str]:
-    # never __main__: importing it runs the command line
-    return sorted(p.stem for p in (ROOT / "gptlib").glob("*.py") if p.stem != "__main__")
+    """gptlib's modules as dotted names below gptlib (`model`, `classroom.viz`), the exercises'
+    package aside (its own tests hold its names); never __main__: importing it runs the command
+    line."""
+    found = []
+    for p in (ROOT / "gptlib").rglob("*.py"):
+        rel = p.relative_to(ROOT / "gptlib").with_suffix("")
+        if rel.parts[0] in ("exercises", "locale") or rel.name == "__main__":
+            continue
+        if rel.name == "__init__" and len(rel.parts) > 1:
+            continue
+        found.append(".".join(rel.parts))
+    return sorted(found)
 
 
 def _module(stem: str):
@@ -243,9 +258,9 @@ def test_a_plumbing_function_that_names_a_notebook_names_it_truly(module, name, 
         assert provenance_problems(name, doc) == []
 
 
-@pytest.mark.parametrize("module", sorted(p.stem for p in (ROOT / "gptlib").glob("*.py")))
+@pytest.mark.parametrize("module", _modules())
 def test_a_module_line_names_a_real_notebook(module):
-    source = (ROOT / "gptlib" / f"{module}.py").read_text(encoding="utf-8")
+    source = (ROOT / "gptlib").joinpath(*module.split(".")).with_suffix(".py").read_text("utf-8")
     assert module_problems(module, ast.get_docstring(ast.parse(source))) == []
 
 

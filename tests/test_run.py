@@ -12,15 +12,15 @@ import pytest
 import torch
 from processes import wait_for_line
 
-import gptlib.cli
-import gptlib.large_text
-import gptlib.report
-import gptlib.run
-import gptlib.signals
+import gptlib.commandline.cli
+import gptlib.commandline.large_text
+import gptlib.commandline.report
+import gptlib.commandline.run
+import gptlib.commandline.signals
 from gptlib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from gptlib.claim import claim, output_path
-from gptlib.cli import build_parser, main
-from gptlib.run import random_states, restore_random_states
+from gptlib.commandline.claim import claim, output_path
+from gptlib.commandline.cli import build_parser, main
+from gptlib.commandline.run import random_states, restore_random_states
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # dropout > 0, so the torch generator's state matters for an exact resume as much as the windows'
@@ -193,7 +193,7 @@ def test_two_processes_writing_the_same_out(tmp_path):
 
 def test_a_file_that_appears_during_the_run_is_not_replaced(tmp_path, capsys, monkeypatch):
     out = tmp_path / "m.pt"
-    real = gptlib.large_text.estimate_loss
+    real = gptlib.commandline.large_text.estimate_loss
 
     def someone_writes(*a, **k):  # another program writes `out` while this run trains
         if not out.exists():
@@ -201,7 +201,7 @@ def test_a_file_that_appears_during_the_run_is_not_replaced(tmp_path, capsys, mo
         return real(*a, **k)
 
     # the step's validation loss
-    monkeypatch.setattr(gptlib.large_text, "estimate_loss", someone_writes)
+    monkeypatch.setattr(gptlib.commandline.large_text, "estimate_loss", someone_writes)
     assert _train(out, "--steps", "2") == 0
     text = capsys.readouterr().out
     assert out.read_text() == "theirs"
@@ -256,11 +256,11 @@ def _interrupt_when(monkeypatch, module, name, call, presses=1):
     "where, module, name, call, stopped_at",
     [
         # as the third step takes its learning rate, its batch just drawn: the start of a step
-        ("step start", gptlib.run, "learning_rate", 3, 3),
+        ("step start", gptlib.commandline.run, "learning_rate", 3, 3),
         # after the fifth step's backward pass, before its optimiser step: mid-step
         ("mid-step", torch.nn.utils, "clip_grad_norm_", 5, 5),
         # in the validation loss after step 4 (step index 3): inside the step's evaluation
-        ("evaluation", gptlib.large_text, "estimate_loss", 2, 4),
+        ("evaluation", gptlib.commandline.large_text, "estimate_loss", 2, 4),
     ],
 )
 def test_ctrl_c_then_resume_equals_the_run_that_never_stopped(
@@ -298,8 +298,8 @@ def test_ctrl_c_twice_skips_the_final_evaluation_and_still_saves(tmp_path, capsy
 @needs_main_thread
 def test_ctrl_c_during_the_final_evaluation_and_the_save(tmp_path, capsys, monkeypatch, whole):
     part = tmp_path / "p.pt"
-    _interrupt_when(monkeypatch, gptlib.run, "save_checkpoint", 1)
-    _interrupt_when(monkeypatch, gptlib.report, "estimate_loss", 3)
+    _interrupt_when(monkeypatch, gptlib.commandline.run, "save_checkpoint", 1)
+    _interrupt_when(monkeypatch, gptlib.commandline.report, "estimate_loss", 3)
     # The run had finished: it is saved before the evaluation, which the second Ctrl-C cuts
     # short; a stopped command prints no samples and says it was stopped.
     assert _train(part, samples="3") == 130
@@ -315,7 +315,7 @@ def test_ctrl_c_during_the_final_evaluation_and_the_save(tmp_path, capsys, monke
 
 @needs_main_thread
 def test_ctrl_c_at_start_up_saves_nothing(tmp_path, capsys, monkeypatch):
-    _interrupt_when(monkeypatch, gptlib.large_text, "load_corpus", 1)
+    _interrupt_when(monkeypatch, gptlib.commandline.large_text, "load_corpus", 1)
     assert _train(tmp_path / "s.pt") == 130
     text = capsys.readouterr()
     assert "Traceback" not in text.err and "nothing was saved" in text.err
@@ -481,7 +481,7 @@ def test_the_readme_command_sequence_overwrites_nothing():
     assert len(commands) >= 6
     for cmd in commands:
         args = parser.parse_args(cmd.split())
-        out = args.out or args.resume or gptlib.cli.DEFAULT_OUT
+        out = args.out or args.resume or gptlib.commandline.cli.DEFAULT_OUT
         if out in written and not (args.resume == out or args.overwrite):
             raise AssertionError(f"{cmd!r} would replace {out} written by {written[out]!r}")
         written[out] = cmd
@@ -491,7 +491,7 @@ def test_the_readme_command_sequence_overwrites_nothing():
 def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it():
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup
     try:
-        with gptlib.signals.StopAtStepBoundary() as stop:
+        with gptlib.commandline.signals.StopAtStepBoundary() as stop:
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
@@ -504,12 +504,12 @@ def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it():
 
 
 def _training_run(steps=6, dtype=None):
-    from gptlib import distributed
+    from gptlib.commandline import distributed
+    from gptlib.commandline.run import TrainingRun
+    from gptlib.commandline.settings import TrainSettings
     from gptlib.config import microgpt
     from gptlib.data import load_corpus
     from gptlib.model import GPT
-    from gptlib.run import TrainingRun
-    from gptlib.settings import TrainSettings
 
     corpus = load_corpus("names")
     settings = TrainSettings(steps=steps, batch_size=4, warmup=2, eval_every=2)
@@ -561,8 +561,8 @@ def test_bfloat16_autocast_trains_float32_weights():
 
 
 def test_the_fingerprint_read_in_chunks_is_the_corpus_own():
+    from gptlib.commandline.run import corpus_fingerprint
     from gptlib.data import load_corpus
-    from gptlib.run import corpus_fingerprint
 
     corpus = load_corpus("names")
     assert corpus_fingerprint(corpus, chunk=1000) == corpus.fingerprint()

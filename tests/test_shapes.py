@@ -8,7 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from gptlib import GPT, microgpt, parameter_formula, textbook
-from gptlib.shapes import TEXTBOOK_LOSS, Table, parameter_table, shape_table, symbolic_shape
+from gptlib.classroom.shapes import (
+    TEXTBOOK_LOSS,
+    Table,
+    parameter_table,
+    shape_table,
+    symbolic_shape,
+)
 
 # Textbook chapter 3's table, one layer's attention and MLP and the exit, in the textbook's letters.
 TEXTBOOK_ROWS = {
@@ -372,8 +378,8 @@ def test_table_text_and_html():
 
 
 def test_a_numeric_hint_keeps_a_plain_number():
+    from gptlib.classroom.shapes import symbolic_shape
     from gptlib.config import microgpt
-    from gptlib.shapes import symbolic_shape
 
     cfg = microgpt()  # L = 1, so a size-1 dimension would otherwise read "L"
     assert symbolic_shape((3, 1), cfg, B=3, n=8) == "[B, L]"
@@ -384,7 +390,7 @@ def test_a_numeric_hint_keeps_a_plain_number():
 
 
 def test_columns_table_rounds_floats_per_column():
-    from gptlib.shapes import columns_table
+    from gptlib.classroom.shapes import columns_table
 
     t = columns_table(
         {"d_k": [4, 64], "entropy": [2.3812, torch.tensor(0.4137)], "grad": [0.28149, 0.1]},

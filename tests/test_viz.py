@@ -1,4 +1,4 @@
-"""Every picture in gptlib.viz, rendered with the Agg backend and read back: data, labels, titles."""
+"""Every picture in gptlib.classroom.viz, rendered with the Agg backend and read back: data, labels, titles."""
 
 import ast
 import math
@@ -13,7 +13,8 @@ import torch
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
-from gptlib import GPT, History, microgpt, textbook, viz
+from gptlib import GPT, History, microgpt, textbook
+from gptlib.classroom import viz
 from gptlib.train import learning_rate, train
 
 SYMBOLS = list("abcdefghijklmnopqrstuvwxyz.")

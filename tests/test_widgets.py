@@ -16,7 +16,7 @@ from gptlib import (
     save_checkpoint,
     textbook,
 )
-from gptlib import widgets as gw
+from gptlib.classroom import widgets as gw
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 

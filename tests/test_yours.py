@@ -143,7 +143,8 @@ def test_a_kept_piece_that_runs_another_kept_piece_loads_in_a_fresh_kernel(
 ):
     import sys
 
-    from gptlib.exercises import training, your_gpt
+    from gptlib.exercises import nb10_training_loop as training
+    from gptlib.exercises import nb14_your_gpt as your_gpt
 
     folder = _fresh(tmp_path, monkeypatch)
     assert ex.check_train_loop(_as_readers(training.solution_train_loop))  # notebook 10
@@ -151,13 +152,13 @@ def test_a_kept_piece_that_runs_another_kept_piece_loads_in_a_fresh_kernel(
     g = your_gpt.train_gpt
     train_gpt = types.FunctionType(g.__code__, {**g.__globals__, "train_loop": loop}, g.__name__)
     train_gpt.__module__ = "__main__"  # notebook 14's, around notebook 10's kept loop
-    assert ex.check_gpt_train(train_gpt)
-    assert "from yourgpt.train_loop import " in (folder / "gpt_train.py").read_text()
+    assert ex.check_train_gpt(train_gpt)
+    assert "from yourgpt.train_loop import " in (folder / "train_gpt.py").read_text()
     for name in [m for m in sys.modules if m == "yourgpt" or m.startswith("yourgpt.")]:
         monkeypatch.delitem(sys.modules, name)  # a fresh kernel: nothing of yourgpt imported
     capsys.readouterr()
-    assert yours.use(ex.check_gpt_train) is not ex.check_gpt_train.solution
-    assert "gpt_train: yours" in capsys.readouterr().out
+    assert yours.use(ex.check_train_gpt) is not ex.check_train_gpt.solution
+    assert "train_gpt: yours" in capsys.readouterr().out
 
 
 def test_a_value_of_the_notebook_is_named_in_the_kept_file(tmp_path, monkeypatch):

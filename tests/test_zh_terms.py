@@ -112,8 +112,12 @@ COMMAND_LINE = (
 )
 # The surfaces whose sentences gptlib's catalogue holds, by the source that says them.
 SURFACES = {
-    "model diagram and figure labels": ("gptlib/viz.py", "gptlib/widgets.py", "gptlib/heads.py"),
-    "shape and parameter tables": ("gptlib/shapes.py",),
+    "model diagram and figure labels": (
+        "gptlib/classroom/viz.py",
+        "gptlib/classroom/widgets.py",
+        "gptlib/classroom/heads.py",
+    ),
+    "shape and parameter tables": ("gptlib/classroom/shapes.py",),
     "checks and hints": ("gptlib/exercises/",),
     "command line": (*(f"gptlib/{m}.py" for m in COMMAND_LINE), "gptlib/language.py"),
 }
@@ -141,7 +145,7 @@ def _rendered(surface: str) -> str:
             import matplotlib.pyplot as plt
             from matplotlib.text import Text
 
-            from gptlib.viz import plot_model_diagram
+            from gptlib.classroom.viz import plot_model_diagram
 
             fig = plot_model_diagram("05")
             shown += [t.get_text() for t in fig.findobj(Text)]
@@ -150,12 +154,12 @@ def _rendered(surface: str) -> str:
             import torch
 
             from gptlib import GPT, microgpt
-            from gptlib.shapes import shape_table
+            from gptlib.classroom.shapes import shape_table
 
             idx = torch.zeros(1, 4, dtype=torch.long)
             shown.append(str(shape_table(GPT(microgpt()), idx, idx)))
         elif surface == "command line":
-            from gptlib.cli import build_parser
+            from gptlib.commandline.cli import build_parser
 
             parser = build_parser()
             [sub] = [a for a in parser._actions if hasattr(a, "choices") and a.dest == "command"]
@@ -175,10 +179,12 @@ def test_no_refused_variant_on_a_surface(surface):
 
 def test_a_variant_put_back_on_a_surface_is_caught(monkeypatch):
     """The diagram drawn with the old word for the residual stream fails the surface's scan."""
-    import gptlib.viz
+    import gptlib.classroom.viz
     from gptlib.language import _
 
-    monkeypatch.setattr(gptlib.viz, "_", lambda m: "残差流" if m == "residual\nstream" else _(m))
+    monkeypatch.setattr(
+        gptlib.classroom.viz, "_", lambda m: "残差流" if m == "residual\nstream" else _(m)
+    )
     found = refused(_rendered("model diagram and figure labels"))
     assert any("残差流" in f for f in found), found
 

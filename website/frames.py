@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 
-from gptlib import widgets
 from gptlib.checkpoint import asset_path
+from gptlib.classroom import widgets
 from gptlib.language import set_language
 
 LANGS = ("en", "zh")  # each edition's frames, drawn in its own language

@@ -27,11 +27,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from gptlib.exercises.embeddings import solution_embed
-from gptlib.exercises.mlp import solution_mlp
-from gptlib.exercises.multi_head import solution_merge_heads, solution_split_heads
-from gptlib.exercises.norms import solution_post_norm_block, solution_pre_norm_block
-from gptlib.exercises.qkv import solution_qkv_split
+from gptlib.exercises.nb01_embeddings import solution_embed
+from gptlib.exercises.nb02_qkv import solution_qkv_split
+from gptlib.exercises.nb04_multi_head import solution_merge_heads, solution_split_heads
+from gptlib.exercises.nb06_normalisation import solution_post_norm_block, solution_pre_norm_block
+from gptlib.exercises.nb07_mlp import solution_mlp_forward
 from gptlib.language import _
 from gptlib.mlp import ACTIVATIONS
 from gptlib.model import GPT
@@ -54,7 +54,7 @@ PIECES: dict[str, Callable] = {
     "split_heads": solution_split_heads,
     "causal_attention": _causal_attention,
     "merge_heads": solution_merge_heads,
-    "mlp_forward": solution_mlp,
+    "mlp_forward": solution_mlp_forward,
     "pre_norm_block": solution_pre_norm_block,
     "post_norm_block": solution_post_norm_block,
     "lm_loss": GPT.loss,

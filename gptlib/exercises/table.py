@@ -38,14 +38,12 @@ class Exercise(NamedTuple):
     minutes: int  # a first-time reader's estimate, reading the exercise's text included
     refusals: tuple[Refusal, ...] = ()
     optional: bool = False  # marked optional (and harder) in its notebook
-    reports: str = ""  # the name the check reports, when it is not `check` without "check_"
-    used: str = (
-        ""  # the notebooks whose cells use the kept piece after its check (a test reads them)
-    )
+    # the notebooks whose cells use the kept piece after its check (a test reads them)
+    used: str = ""
 
     @property
     def name(self) -> str:
-        return self.reports or self.check.removeprefix("check_")
+        return self.check.removeprefix("check_")
 
 
 R = Refusal
@@ -90,7 +88,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("check_pre_norm_block", "06", 1, 10, used="06 14 15"),
     Exercise("check_post_norm_block", "06", 1, 5, used="06"),
     Exercise("check_rmsnorm_backward", "06", 3, 40, used="06", optional=True),
-    Exercise("check_mlp", "07", 1, 10, used="07 14 15", reports="mlp_forward"),
+    Exercise("check_mlp_forward", "07", 1, 10, used="07 14 15"),
     Exercise("check_temperature_probs", "08", 2, 15, used="08", refusals=(_NEXT_TOKEN_PROBS,)),
     Exercise("check_log_softmax", "09", 2, 20, used="09", refusals=(
         R("torch.nn.functional.log_softmax", "F.log_softmax"),
@@ -149,25 +147,25 @@ EXERCISES: tuple[Exercise, ...] = (
           N_("runs the whole attention; write it with attn.qkv, cache.write and attn.proj")),
         _GENERATE,
     )),
-    Exercise("check_gpt_forward", "14", 2, 20, used="14 15", reports="forward",
+    Exercise("check_forward", "14", 2, 20, used="14 15",
              refusals=(_MODEL, _BLOCK)),
-    Exercise("check_gpt_train", "14", 1, 10, used="14 15", reports="train_gpt", refusals=(
+    Exercise("check_train_gpt", "14", 1, 10, used="14 15", refusals=(
         R("gptlib.train.train"),
         _MODEL,
     )),
-    Exercise("check_gpt_sample", "14", 1, 10, used="14", reports="sample_names", refusals=(
+    Exercise("check_sample_names", "14", 1, 10, used="14", refusals=(
         _GENERATE,
         R("gptlib.generate.sample_documents"),
         _PICK_NEXT,
         _NEXT_TOKEN_PROBS,
         _MODEL,
     )),
-    Exercise("check_gpt_cached_attention", "14", 3, 25, used="14", reports="cached_attention",
+    Exercise("check_cached_attention", "14", 3, 25, used="14",
              refusals=(
         _SDPA,
         _ATTENTION_MODULE,
     )),
-    Exercise("check_gpt_forward_cached", "14", 2, 15, used="14", reports="forward_cached",
+    Exercise("check_forward_cached", "14", 2, 15, used="14",
              refusals=(
         _MODEL,
         _BLOCK,

@@ -15,7 +15,7 @@ from notebook_ui import (
 )
 from playwright.sync_api import expect
 
-from gptlib.exercises import attention
+from gptlib.exercises import nb03_scaled_attention as attention
 from gptlib.exercises.checking import not_written
 
 NOTEBOOK = "03_scaled_attention.ipynb"

@@ -4,7 +4,7 @@ On the page of notebook 04, 20 inputs (a name typed into the page's field, the h
 of the five trained models, the temperature and top-k sliders moved) are read back from what the
 page computed and drew: its token ids, logits at every position, every head's attention weights and
 the next-letter probabilities equal gptlib's (`GPT.forward`, `GPT.attention_maps`,
-`next_token_probs`, the context read as `gptlib.widgets` reads it) within 1e-5, and the page draws
+`next_token_probs`, the context read as `gptlib.classroom.widgets` reads it) within 1e-5, and the page draws
 one map per head with one cell per visible (query, key) pair. A name the model cannot read is
 refused with what, where and what to type. The page's forward pass also matches gptlib on a small
 randomly initialised model of the other kind (post-norm LayerNorm with bias, exact GELU, tied head,
@@ -24,10 +24,10 @@ import torch
 from conftest import ARTIFACTS
 
 from gptlib.checkpoint import asset_path, load_checkpoint
+from gptlib.classroom.widgets import _context_ids
 from gptlib.config import textbook
 from gptlib.generate import next_token_probs
 from gptlib.model import GPT
-from gptlib.widgets import _context_ids
 from website import live
 
 TOLERANCE = 1e-5

@@ -21,8 +21,8 @@ from notebook_ui import (
 )
 from playwright.sync_api import expect
 
-from gptlib import widgets
 from gptlib.checkpoint import load_asset
+from gptlib.classroom import widgets
 
 NOTEBOOK = "08_logits.ipynb"
 EXPLORER = ".gptlib-temperature-explorer"

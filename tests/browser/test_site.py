@@ -237,8 +237,8 @@ def test_a_slider_has_its_note(site, desktop):
 def _widget(name: str, lang: str):
     """The notebook's widget, built as its notebook builds it (03, 04), in `lang` (the caller has
     set it)."""
-    from gptlib import widgets
     from gptlib.checkpoint import asset_path
+    from gptlib.classroom import widgets
 
     if name == "attention_scale_explorer":
         return widgets.attention_scale_explorer(seed=0)

@@ -35,7 +35,7 @@ WEIGHTS = "course-live-weights.js"
 FILES = ("course-live.js", "course-live.css")
 GLOBAL = "COURSE_LIVE_MODELS"
 # The notebook widgets a live panel stands beside, and the panel's defaults for the arguments
-# their call does not give (gptlib.widgets' own defaults).
+# their call does not give (gptlib.classroom.widgets' own defaults).
 LIVE = {
     "heads_explorer": {"context": "emma", "num_samples": 10, "seed": 0},
     "temperature_explorer": {"context": ".", "num_samples": 8, "seed": 0},

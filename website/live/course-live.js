@@ -60,7 +60,7 @@
     },
   };
   const SVG = "http://www.w3.org/2000/svg";
-  const MAX_NEW = 20; // letters a sample may add (gptlib.widgets' max_len)
+  const MAX_NEW = 20; // letters a sample may add (gptlib.classroom.widgets' max_len)
   // matplotlib's viridis at 0, 1/8, ..., 1: the colours of the notebooks' attention maps.
   const VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962",
     "#addc30", "#fde725"].map((c) => [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16)));
@@ -279,7 +279,7 @@
     return out;
   }
 
-  // gptlib.widgets' _context_ids: the typed text read after BOS, cropped to block_size.
+  // gptlib.classroom.widgets' _context_ids: the typed text read after BOS, cropped to block_size.
   function contextIds(text, symbols, bos, blockSize) {
     const ids = [];
     [...text].forEach((ch, position) => {

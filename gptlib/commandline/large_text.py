@@ -9,6 +9,7 @@ import os
 
 import torch
 
+from gptlib.commandline.settings import TrainSettings
 from gptlib.data import (
     _CONTROL,
     BUILT_IN,
@@ -20,7 +21,6 @@ from gptlib.data import (
     load_corpus,
 )
 from gptlib.language import _
-from gptlib.settings import TrainSettings
 from gptlib.tokenizer import CharTokenizer
 from gptlib.train import estimate_loss, eval_batches
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from gptlib.checkpoint import load_asset
-from gptlib.exercises.attention import check_causal_attention
+from gptlib.classroom.ladder import gpt_optimizer, gpt_weights, trainable
 from gptlib.exercises.checking import (
     CheckResult,
     close,
@@ -25,20 +25,20 @@ from gptlib.exercises.checking import (
     steps_differ,
     watched,
 )
-from gptlib.exercises.embeddings import check_embed
-from gptlib.exercises.generation import solution_sample_step
-from gptlib.exercises.loss import check_lm_loss
-from gptlib.exercises.mlp import check_mlp
-from gptlib.exercises.multi_head import check_merge_heads, check_split_heads
-from gptlib.exercises.norms import check_pre_norm_block, check_rmsnorm
-from gptlib.exercises.qkv import check_qkv_split
-from gptlib.exercises.training import slipped_loop, solution_train_loop
-from gptlib.ladder import gpt_optimizer, gpt_weights, trainable
+from gptlib.exercises.nb01_embeddings import check_embed
+from gptlib.exercises.nb02_qkv import check_qkv_split
+from gptlib.exercises.nb03_scaled_attention import check_causal_attention
+from gptlib.exercises.nb04_multi_head import check_merge_heads, check_split_heads
+from gptlib.exercises.nb06_normalisation import check_pre_norm_block, check_rmsnorm
+from gptlib.exercises.nb07_mlp import check_mlp_forward
+from gptlib.exercises.nb09_loss import check_lm_loss
+from gptlib.exercises.nb10_training_loop import slipped_loop, solution_train_loop
+from gptlib.exercises.nb12_generation import solution_sample_step
 from gptlib.language import N_, _
 
-# The plain-tensor tools (gpt_weights, trainable, ...) and climb_yours are gptlib.ladder's.
-__all__ = ["WeightsModel", "check_gpt_cached_attention", "check_gpt_forward",
-           "check_gpt_forward_cached", "check_gpt_sample", "check_gpt_train", "planted_slip",
+# The plain-tensor tools (gpt_weights, trainable, ...) and climb_yours are gptlib.classroom.ladder's.
+__all__ = ["WeightsModel", "check_cached_attention", "check_forward",
+           "check_forward_cached", "check_sample_names", "check_train_gpt", "planted_slip",
            "sample_step_with"]  # fmt: skip
 
 ASSET = "names-microgpt-h4.pt"
@@ -46,7 +46,7 @@ ASSET = "names-microgpt-h4.pt"
 PIECE_CHECKS = dict(embed=check_embed, qkv_split=check_qkv_split, split_heads=check_split_heads,
                     causal_attention=check_causal_attention, merge_heads=check_merge_heads,
                     rmsnorm=check_rmsnorm, pre_norm_block=check_pre_norm_block,
-                    mlp_forward=check_mlp, lm_loss=check_lm_loss)  # fmt: skip
+                    mlp_forward=check_mlp_forward, lm_loss=check_lm_loss)  # fmt: skip
 
 
 # --- The reference solutions
@@ -312,7 +312,7 @@ def locate_cut(found: list) -> str:
 
 
 @solved_by(forward)
-def check_gpt_forward(fn: Callable, pieces=None) -> CheckResult:
+def check_forward(fn: Callable, pieces=None) -> CheckResult:
     """`forward(w, idx, n_head, pieces)` (V=11, T=7, d=12, 3 heads, 2 blocks) on `pieces`, against
     the reference on the reference pieces: the logits, then every weight's gradient."""
     inputs = lambda g: _forward_inputs(g, pieces)  # noqa: E731
@@ -373,7 +373,7 @@ def _train_inputs(g: torch.Generator) -> tuple:
 
 
 @solved_by(train_gpt)
-def check_gpt_train(fn: Callable, forward_fn: Callable | None = None, loss_fn=None) -> CheckResult:
+def check_train_gpt(fn: Callable, forward_fn: Callable | None = None, loss_fn=None) -> CheckResult:
     """`train_gpt` training `forward_fn` with `loss_fn` (the references' when None) for 6 steps on
     float64 random weights, beside the reference loop and forward: the losses and final weights."""
     forward_fn, loss_fn = forward_fn or reference_forward, loss_fn or reference.lm_loss
@@ -441,7 +441,7 @@ def _names_differ(got, expected) -> str | None:
 
 
 @solved_by(sample_names)
-def check_gpt_sample(fn: Callable) -> CheckResult:
+def check_sample_names(fn: Callable) -> CheckResult:
     """`sample_names` with the reference forward and the trained microgpt (float64) at three
     settings of temperature and top_k, from equal generators."""
     wrong = [(hint, partial(_drawn, partial(how, sample_names))) for hint, how in SAMPLE_MISTAKES]
@@ -492,7 +492,7 @@ def _cached_inputs(g: torch.Generator) -> tuple:
 
 
 @solved_by(cached_attention)
-def check_gpt_cached_attention(fn: Callable) -> CheckResult:
+def check_cached_attention(fn: Callable) -> CheckResult:
     """`cached_attention` (d=12, 3 heads): a prefill of 5, 1 new after 4 cached, 3 after 3."""
     return compare("cached_attention", fn, cached_attention, _cached_inputs, CACHED_MISTAKES)
 
@@ -546,7 +546,7 @@ def _calls_differ(got, expected) -> str | None:
 
 
 @solved_by(forward_cached)
-def check_gpt_forward_cached(fn: Callable, pieces=None) -> CheckResult:
+def check_forward_cached(fn: Callable, pieces=None) -> CheckResult:
     """`forward_cached` (2 blocks) fed 7 ids, a prefill then pieces: every call's logits, cache."""
     wrong = [(hint, partial(_fed, slip, reference)) for hint, slip in FORWARD_CACHED_MISTAKES]
     user, ref = partial(_fed, fn, pieces or reference), partial(_fed, forward_cached, reference)

@@ -1,6 +1,6 @@
 """`python -m gptlib train ...`, `sample FILE ...` and `progress [NOTEBOOK_DIR]`: the parser, in
-the language in use, and `main`, which hands each command to its module (`gptlib.run`,
-`gptlib.samples`) and turns what they refuse into one line."""
+the language in use, and `main`, which hands each command to its module (`gptlib.commandline.run`,
+`gptlib.commandline.samples`) and turns what they refuse into one line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,11 @@ import signal
 import sys
 
 from gptlib.checkpoint import CheckpointError
+from gptlib.commandline.report import one_line
+from gptlib.commandline.run import train_command
+from gptlib.commandline.samples import sample_command
+from gptlib.commandline.settings import DEFAULT_OUT, MAX_STEP_SECONDS, TRAIN_DEFAULTS, TrainOptions
+from gptlib.commandline.signals import StopSignals, exit_code, stop_name
 from gptlib.config import PRESETS
 from gptlib.data import READINGS
 from gptlib.device import DTYPES
@@ -25,11 +30,6 @@ from gptlib.language import (
     screen_width,
     set_language,
 )
-from gptlib.report import one_line
-from gptlib.run import train_command
-from gptlib.samples import sample_command
-from gptlib.settings import DEFAULT_OUT, MAX_STEP_SECONDS, TRAIN_DEFAULTS, TrainOptions
-from gptlib.signals import StopSignals, exit_code, stop_name
 
 
 def _whole_number(text: str, least: int) -> int:
@@ -429,7 +429,7 @@ def _progress_parser(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line. Ctrl-C, SIGTERM and SIGHUP are handled from its first line to its last
-    (see `gptlib.signals.StopSignals`): before training they stop it with nothing written.
+    (see `gptlib.commandline.signals.StopSignals`): before training they stop it with nothing written.
 
     Taught in notebook 16 (gpt2)."""
     before = get_language()

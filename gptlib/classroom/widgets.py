@@ -17,8 +17,8 @@ import ipywidgets as W
 import torch
 from IPython.display import display
 
-from gptlib import viz
 from gptlib.checkpoint import Checkpoint, load_checkpoint
+from gptlib.classroom import viz
 from gptlib.config import GPTConfig
 from gptlib.generate import generate, next_token_probs, sample_documents
 from gptlib.language import _

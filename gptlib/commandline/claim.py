@@ -18,8 +18,8 @@ from gptlib.checkpoint import (
     load_checkpoint,
     temporary_name_pattern,
 )
+from gptlib.commandline.signals import HELD_LOCKS
 from gptlib.language import _
-from gptlib.signals import HELD_LOCKS
 
 try:  # POSIX: a lock the kernel releases when its process dies, however it dies
     import fcntl

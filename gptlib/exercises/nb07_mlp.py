@@ -9,10 +9,10 @@ from gptlib.exercises.checking import CheckResult, compare, solved_by
 from gptlib.language import N_
 from gptlib.mlp import MLP
 
-__all__ = ["check_mlp", "solution_mlp"]
+__all__ = ["check_mlp_forward", "solution_mlp_forward"]
 
 
-def solution_mlp(x, w_fc, w_proj, activation):
+def solution_mlp_forward(x, w_fc, w_proj, activation):
     """x [B, n, d], w_fc [4d, d], w_proj [d, 4d], activation -> [B, n, d]."""
     hidden = activation(x @ w_fc.T)  # [B, n, d] @ [d, 4d] -> [B, n, 4d]
     return hidden @ w_proj.T  # [B, n, 4d] @ [4d, d] -> [B, n, d]
@@ -51,8 +51,8 @@ def _inputs(g: torch.Generator) -> tuple:
     return torch.randn(2, 5, 8, generator=g), w_fc, w_proj, act  # d = 8
 
 
-@solved_by(solution_mlp)
-def check_mlp(mlp_forward) -> CheckResult:
+@solved_by(solution_mlp_forward)
+def check_mlp_forward(mlp_forward) -> CheckResult:
     """ReLU and GELU on random [2, 5, 8] inputs, then the textbook preset's GELU MLP (d = 128)."""
-    return compare("mlp_forward", mlp_forward, solution_mlp, _inputs, MISTAKES, 4,
+    return compare("mlp_forward", mlp_forward, solution_mlp_forward, _inputs, MISTAKES, 4,
                    error_hints=ERRORS)  # fmt: skip

@@ -9,9 +9,9 @@ import os
 import torch
 
 from gptlib.checkpoint import load_checkpoint
+from gptlib.commandline.settings import chosen_device
 from gptlib.generate import complete, sample_documents
 from gptlib.language import _
-from gptlib.settings import chosen_device
 
 # Documents are sampled this many at a time: `sample --num 100000` prints as it goes, in the
 # memory of one batch.

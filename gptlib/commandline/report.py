@@ -12,12 +12,12 @@ import sys
 import torch
 
 from gptlib.bigram import bigram_loss
+from gptlib.commandline.large_text import mean_loss
+from gptlib.commandline.needs import available_memory, readable_size
+from gptlib.commandline.samples import print_samples
+from gptlib.commandline.settings import TrainOptions
+from gptlib.commandline.signals import exit_code, stop_name
 from gptlib.language import _
-from gptlib.large_text import mean_loss
-from gptlib.needs import available_memory, readable_size
-from gptlib.samples import print_samples
-from gptlib.settings import TrainOptions
-from gptlib.signals import exit_code, stop_name
 from gptlib.train import WHAT_DIVERGED, Diverged, estimate_loss
 
 PROG = "python -m gptlib"

@@ -13,7 +13,7 @@ divergence, a full disk, and an exact resume.
         report(run, plan, signals, outcome)  # final evaluation (a second signal skips it), samples
 
 `TrainingRun` holds the model, the optimiser, the schedule and the random states; its settings are
-a `gptlib.settings.TrainSettings`, saved in the checkpoint and read back on --resume.
+a `gptlib.commandline.settings.TrainSettings`, saved in the checkpoint and read back on --resume.
 
 Random states (`random_states` / `restore_random_states`): the generator that draws the windows,
 torch's CPU generator (dropout on the CPU) and, on CUDA, the GPU's generator (dropout there). All
@@ -36,7 +36,6 @@ from functools import partial
 
 import torch
 
-from gptlib import distributed
 from gptlib.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -46,14 +45,11 @@ from gptlib.checkpoint import (
     save_checkpoint,
     save_error,
 )
-from gptlib.claim import claim, output_path, same_file
-from gptlib.data import sample_batch
-from gptlib.device import DTYPES
-from gptlib.language import _
-from gptlib.large_text import mean_loss, read_corpus
-from gptlib.model import GPT
-from gptlib.needs import check_memory, check_space, check_step_time, no_space
-from gptlib.report import (
+from gptlib.commandline import distributed
+from gptlib.commandline.claim import claim, output_path, same_file
+from gptlib.commandline.large_text import mean_loss, read_corpus
+from gptlib.commandline.needs import check_memory, check_space, check_step_time, no_space
+from gptlib.commandline.report import (
     EXIT_DIVERGED,
     PROG,
     after_save,
@@ -61,7 +57,7 @@ from gptlib.report import (
     diverged_line,
     divergence,
 )
-from gptlib.settings import (
+from gptlib.commandline.settings import (
     DEFAULT_OUT,
     RESUMABLE,
     TrainOptions,
@@ -75,7 +71,11 @@ from gptlib.settings import (
     shadowed_corpus_note,
     warmup_note,
 )
-from gptlib.signals import StopSignals
+from gptlib.commandline.signals import StopSignals
+from gptlib.data import sample_batch
+from gptlib.device import DTYPES
+from gptlib.language import _
+from gptlib.model import GPT
 from gptlib.train import (
     Diverged,
     History,
@@ -208,7 +208,9 @@ class TrainingRun:
                 self.step = step
                 B, T = s.batch_size, model.cfg.block_size
                 idx, labels = sample_batch(tokens, B, T, self.batches, self.device)
-                if idx.dtype != torch.long:  # a large text's compact tokens (`gptlib.large_text`)
+                if (
+                    idx.dtype != torch.long
+                ):  # a large text's compact tokens (`gptlib.commandline.large_text`)
                     idx, labels = idx.long(), labels.long()
                 lr = self.lr(step)
                 step_out = train_step(
@@ -493,7 +495,7 @@ def _resumed(path: str, device: torch.device) -> Checkpoint:
 
 @contextmanager
 def _claimed(plan: TrainPlan) -> Iterator[None]:
-    """The checkpoint's path held by this run (`gptlib.claim.claim`, in the main process only),
+    """The checkpoint's path held by this run (`gptlib.commandline.claim.claim`, in the main process only),
     with a note for the temporary files an earlier run killed while saving left beside it."""
     if not plan.ranks.is_main:
         yield
@@ -670,7 +672,7 @@ def save(run: TrainingRun, plan: TrainPlan, diverged: Diverged | None) -> Outcom
 
 def report(run: TrainingRun, plan: TrainPlan, signals: StopSignals, outcome: Outcome) -> int:
     """Where the run was saved, or why it stopped; then the final evaluation and the samples
-    (`gptlib.report.after_save`). The exit code."""
+    (`gptlib.commandline.report.after_save`). The exit code."""
     saved, out = outcome.saved, plan.out
     if saved is None:
         return EXIT_NOT_SAVED

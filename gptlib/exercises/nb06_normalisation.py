@@ -5,7 +5,7 @@ import torch
 
 from gptlib.config import microgpt, textbook
 from gptlib.exercises.checking import CheckResult, compare, solved_by
-from gptlib.exercises.residual import autograd_refusal, calls_autograd, variant
+from gptlib.exercises.nb05_residual import autograd_refusal, calls_autograd, variant
 from gptlib.language import N_
 from gptlib.model import Block
 from gptlib.norms import RMSNorm

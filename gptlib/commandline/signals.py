@@ -20,11 +20,11 @@ from contextlib import contextmanager
 
 import torch
 
-from gptlib import distributed
+from gptlib.commandline import distributed
 from gptlib.language import _
 
 # The files to remove if the process has to end at once (a second Ctrl-C in a step that does not
-# end): the locks that claim a checkpoint's path (`gptlib.claim`), while they are held.
+# end): the locks that claim a checkpoint's path (`gptlib.commandline.claim`), while they are held.
 HELD_LOCKS: list[str] = []
 
 

@@ -127,14 +127,15 @@ def test_a_kept_file_that_no_longer_imports_fails_and_says_why(tmp_path):
     _keep(
         tmp_path, "embed", "from nowhere_at_all import wte\n\ndef embed(ids, wte, wpe):\n    pass\n"
     )
-    _keep(tmp_path, "mlp_forward", "def mlp_forward(x, w_fc, w_proj, activation):\n    return x\n")
+    # a kept file whose function is not the exercise's name (renamed by hand, say)
+    _keep(tmp_path, "mlp_forward", "def mlp(x, w_fc, w_proj, activation):\n    return x\n")
     rows = {r.exercise.check: r for r in collect(tmp_path)}
     assert rows["check_embed"].state == FAILS
     assert "does not import" in rows["check_embed"].detail
     assert "ModuleNotFoundError" in rows["check_embed"].detail
     assert (
         rows["check_mlp_forward"].state == FAILS
-        and "defines no mlp" in rows["check_mlp_forward"].detail
+        and "defines no mlp_forward" in rows["check_mlp_forward"].detail
     )
 
 

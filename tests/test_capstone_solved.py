@@ -9,7 +9,9 @@ filter_logits and sample_step) are in the reader's package before the notebook s
 reader who solved those notebooks has them, and every cell that runs the forward says it is the
 reader's. A second reader's forward and kept norm are right in value but detached from
 autograd: the forward's check says so, the norm fails its check again and the course's stands
-in, and the notebook trains the course's pieces instead."""
+in, and the notebook trains the course's pieces instead; that reader's kept loop of notebook 10
+has lost its zero_grad since it passed, and the cell that assembles 14's training names the slip
+as notebook 10's check names it and trains with the course's loop."""
 
 import json
 import os
@@ -27,7 +29,7 @@ from gptlib.exercises.progress import EXERCISES
 
 NOTEBOOK = next((Path(__file__).parent.parent / "notebooks").glob("14_*.ipynb"))
 PROJECTS = "# Part 6 · Optional projects"  # the heading after the ladder
-TRAINS = "loop = yours.use(check_train_gpt)"  # the cell that trains beside gptlib
+TRAINS = "twin = copy.deepcopy(start)"  # the cell that trains beside gptlib
 # The pieces of notebooks 01-09 the capstone takes from the reader's package, by saved name.
 BROUGHT = {ex.yours.exercise_name(c): c for c in ex.nb14_your_gpt.PIECE_CHECKS.values()}
 BROUGHT.update(train_loop=ex.check_train_loop, filter_logits=ex.check_filter_logits,
@@ -53,6 +55,21 @@ DETACHED = {
     return pieces.rmsnorm(x, w["ln_f"]).detach() @ w["lm_head"].T
 """,
 }
+UNZEROED_LOOP = """def train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+    g = torch.Generator().manual_seed(seed)
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
+        idx, labels = sample_batch(tokens, batch_size, model.cfg.block_size, g)
+        loss = model(idx, labels)[1]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+"""
 
 
 def _checked_name(cells, check: str) -> str:
@@ -123,7 +140,9 @@ def solved():
 
 @pytest.fixture(scope="module")
 def detached():
-    return _run(DETACHED, until=TRAINS, brought={"rmsnorm": DETACHED_NORM})
+    return _run(
+        DETACHED, until=TRAINS, brought={"rmsnorm": DETACHED_NORM, "train_loop": UNZEROED_LOOP}
+    )
 
 
 def _output_of(nb, fragment: str) -> str:
@@ -157,7 +176,7 @@ def test_the_readers_pieces_are_in_use(solved):
 def test_the_readers_model_trains_to_gptlibs_curve(solved):
     assert "train_loop: yours" in _output_of(solved, "train_loop = yours.use(")  # notebook 10's
     out = _output_of(solved, TRAINS)
-    assert "train_gpt: yours" in out
+    assert "stands in" not in out
     assert "the two curves within 1e-5 at every one of the 300 steps: True" in out
     assert "equal to 1e-5: True" in _output_of(solved, "val_mine = ")
 
@@ -165,8 +184,8 @@ def test_the_readers_model_trains_to_gptlibs_curve(solved):
 def test_the_readers_sampler_and_cache(solved):
     out = _output_of(solved, "step_in_use = yours.use(")  # notebook 12's
     assert "filter_logits: yours" in out and "sample_step: yours" in out, out
-    out = _output_of(solved, "sampler = yours.use(")
-    assert "sample_names: yours" in out and "the same as sample_documents on the twin: True" in out
+    out = _output_of(solved, "ids = sampler(")
+    assert "runs your forward" in out and "the same as sample_documents on the twin: True" in out
     out = _output_of(solved, "cached_fn = yours.use(")
     assert "cached_attention: yours" in out and "forward_cached: yours" in out
     assert "the same tokens with and without the cache: True" in out
@@ -188,6 +207,9 @@ def test_a_detached_norm_and_forward_are_caught_and_not_trained(detached):
     assert "rmsnorm: the course's reference stands in" in out and "gradient of x" in out, out
     out = _output_of(detached, "forward_in_use = yours.use(")
     assert "forward: the course's reference stands in" in out
+    out = _output_of(detached, "train_loop = yours.use(")  # notebook 10's loop, kept then slipped
+    assert out.startswith("train_loop: the course's reference stands in (yours does not pass"), out
+    assert "✗ train_loop: without zero_grad the gradients add up" in out, out
     out = _output_of(detached, TRAINS)
     assert "runs the course's forward" in out
     assert "the two curves within 1e-5 at every one of the 300 steps: True" in out

@@ -35,8 +35,6 @@ CHECKS = {
     "decode_step": ex.check_decode_step,
     "rmsnorm": ex.check_rmsnorm,
     "forward": ex.check_forward,
-    "train_gpt": ex.check_train_gpt,
-    "sample_names": ex.check_sample_names,
     "cached_attention": ex.check_cached_attention,
     "forward_cached": ex.check_forward_cached,
     "merge": ex.check_merge,
@@ -139,25 +137,6 @@ def _rmsnorm(x, gain, eps=1e-5):
     return F.rms_norm(x, (x.size(-1),), gain, eps)
 
 
-def _train_gpt(forward_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed, h):
-    model = GPT(microgpt(w["tok_emb"].size(0), n_embd=w["tok_emb"].size(1), n_head=h))
-    return train(model, tokens, steps, batch_size, max_lr=max_lr, seed=seed).loss
-
-
-def _sample_names(forward_fn, w, n_head, bos, num, generator, temperature, top_k, max_len):
-    model = GPT(microgpt(w["tok_emb"].size(0), n_head=n_head))
-    start = torch.full((num, 1), bos)
-    return generate(
-        model,
-        start,
-        max_len,
-        temperature=temperature,
-        top_k=top_k,
-        generator=generator,
-        stop_token=bos,
-    ).tolist()
-
-
 def _forward_cached(w, idx, cache, n_head):
     model = GPT(microgpt(w["tok_emb"].size(0), n_head=n_head))
     return model(idx)[0]
@@ -182,8 +161,6 @@ READER_SHORTCUTS = [
     ("sample_step", _sample_step, "gptlib.generate.generate"),
     ("merge", _merge, "gptlib.bpe.merge_pair"),
     ("rmsnorm", _rmsnorm, "F.rms_norm"),
-    ("train_gpt", _train_gpt, "gptlib.train.train"),
-    ("sample_names", _sample_names, "gptlib.generate.generate"),
     ("cached_attention", lambda x, w_qkv, w_proj, n_head, past: _sdpa(x, x, x), "F.scaled_dot"),
 ]
 

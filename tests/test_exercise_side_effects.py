@@ -6,6 +6,7 @@ inputs in place."""
 
 import torch
 
+from gptlib.classroom.ladder import trainable
 from gptlib.exercises import nb06_normalisation as norms
 from gptlib.exercises import nb10_training_loop as training
 from gptlib.exercises import nb12_generation as generation
@@ -64,22 +65,27 @@ def test_a_decode_step_without_no_grad_is_named():
     assert message.startswith("✗ decode_step:") and GRAPH in message
 
 
-def test_a_sampler_without_no_grad_is_named():
-    def sample_names(forward_fn, w, n_head, bos, num, generator, temperature=1.0, top_k=None,
-                     max_len=40):  # fmt: skip
-        idx, T = torch.full((num, 1), bos), w["pos_emb"].shape[0]
-        for _ in range(max_len):
-            logits = forward_fn(w, idx[:, -T:], n_head)[:, -1] / temperature
-            if top_k is not None:
-                kth = logits.topk(top_k, dim=-1).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)
-            idx = torch.cat([idx, nxt], dim=1)
-            if (idx[:, 1:] == bos).any(dim=1).all():
-                break
-        return [r[: r.index(bos)] if bos in r else r for r in idx[:, 1:].tolist()]
+def test_14s_sampler_runs_the_forward_only_under_the_steps_no_grad():
+    """Notebook 14 assembles its sampler around notebook 12's step, whose check names a step that
+    builds a graph (above): the loop runs the forward nowhere but in the step."""
+    seen = []
 
-    assert GRAPH in your_gpt.check_sample_names(sample_names).message
+    def forward_fn(w, idx, n_head):
+        seen.append(torch.is_grad_enabled())
+        return your_gpt.reference_forward(w, idx, n_head)
+
+    g = torch.Generator().manual_seed(0)
+    w = trainable(your_gpt._weights(g))  # weights that keep a gradient, as after training
+    your_gpt.sample_names(forward_fn, w, your_gpt._H, 0, 4, g, 1.0, None, 10)
+    assert seen and not any(seen)
+
+    def step_with_graph(model, idx, temperature, top_k, top_p, generator):  # no no_grad
+        logits = model(idx[:, -model.cfg.block_size :])[0][:, -1]
+        return torch.multinomial(logits.detach().softmax(-1), 1, generator=generator)
+
+    seen.clear()
+    your_gpt.sample_names(forward_fn, w, your_gpt._H, 0, 4, g, 1.0, None, 3, step=step_with_graph)
+    assert seen and all(seen)  # the no_grad was the step's, which notebook 12's check requires
 
 
 def test_an_input_changed_in_place_is_named():

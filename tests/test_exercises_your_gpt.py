@@ -1,9 +1,10 @@
 """Notebook 14, the capstone: each kept slip is named by its row, the slips the notebook plants are
-named in their pieces, a cut gradient shows in the forward's check and in the training check, and
-the reference pieces, forward, loop and sampler give what gptlib's GPT gives (the plain-tensor
-tools and the climb with the reader's pieces are gptlib.classroom.ladder's, tested in test_ladder)."""
+named in their pieces, a cut gradient shows in the forward's check and in the training, the loop
+and the sampler 14 assembles run the notebook-10 loop and notebook-12 step they are handed (a slip
+in the reader's loop is named by notebook 10's check when 14 takes it), and the reference pieces,
+forward, loop and sampler give what gptlib's GPT gives (the plain-tensor tools and the climb with
+the reader's pieces are gptlib.classroom.ladder's, tested in test_ladder)."""
 
-import types
 from functools import partial
 
 import pytest
@@ -13,6 +14,7 @@ from gptlib.checkpoint import load_asset
 from gptlib.classroom.ladder import estimate_forward_loss, gpt_optimizer, gpt_weights, trainable
 from gptlib.config import microgpt
 from gptlib.data import load_corpus
+from gptlib.exercises import check_train_loop, yours
 from gptlib.exercises import nb10_training_loop as L
 from gptlib.exercises import nb12_generation as G
 from gptlib.exercises import nb14_your_gpt as Y
@@ -30,13 +32,6 @@ def _row(check, name, table, wrap=lambda wrong: wrong):
 
 ROWS = [
     *_row(Y.check_forward, "forward", Y.FORWARD_MISTAKES),
-    *_row(Y.check_train_gpt, "train_gpt", Y.LOOP_MISTAKES),
-    *_row(
-        Y.check_sample_names,
-        "sample_names",
-        Y.SAMPLE_MISTAKES,
-        lambda how: lambda *a: how(Y.sample_names, *a),
-    ),  # fmt: skip
     *_row(Y.check_cached_attention, "cached_attention", Y.CACHED_MISTAKES),
     *_row(Y.check_forward_cached, "forward_cached", Y.FORWARD_CACHED_MISTAKES),
 ]
@@ -96,51 +91,117 @@ def test_a_detached_forward_is_located_at_the_head():
     assert message.startswith("✗ forward: no gradient reaches w['lm_head'] or any weight before it")
 
 
-def test_the_training_check_trains_the_forward_it_is_handed():
-    def forward_fn(w, idx, n_head):
-        return Y.forward(w, idx, n_head, Y._with(rmsnorm=_rms_detached))
+def _trained(forward_fn, seed=0, **loop) -> torch.Tensor:
+    """14's assembled training (train_gpt, `loop` handed in or the course's) on float64 random
+    weights of two blocks: 6 steps of 4 windows, warmup 2, clip 0.2; the losses."""
+    g = torch.Generator().manual_seed(seed)
+    w = trainable(Y._weights(g, dtype=torch.float64))
+    tokens = torch.randint(0, Y._V, (300,), generator=g)
+    losses = Y.train_gpt(forward_fn, R.lm_loss, w, gpt_optimizer(w, lr=1e-2), tokens, 6, 4, 1e-2,
+                         2, 0.2, seed, Y._H, **loop)  # fmt: skip
+    return torch.tensor(losses, dtype=torch.float64)
 
-    assert Y.check_train_gpt(Y.train_gpt)
-    message = Y.check_train_gpt(Y.train_gpt, forward_fn).message
-    assert message.startswith("✗ train_gpt: the forward it trains: the output is right, but the ")
+
+def test_the_assembled_loop_trains_the_forward_it_is_handed_and_the_cut_is_located():
+    cut = Y._with(rmsnorm=_rms_detached)
+
+    def forward_fn(w, idx, n_head):  # right in value, its graph cut in the final norm
+        return Y.forward(w, idx, n_head, cut)
+
+    right, wrong = _trained(Y.reference_forward), _trained(forward_fn)
+    assert abs(float(right[0] - wrong[0])) < 1e-12  # the same first loss: the values are right
+    assert float((right - wrong).abs().max()) > 1e-4  # and another curve: the gradients are not
+    message = Y.check_forward(Y.forward, cut).message  # 14 checks the forward in use with this
+    assert message.startswith("✗ forward: the output is right, but the ")
     assert "the cut lies in the rmsnorm" in message
 
 
-def _with_global(fn, name, value):
-    """`fn` as a reader writes it in notebook 14, where `name` is the piece of an earlier one."""
-    return types.FunctionType(fn.__code__, {**fn.__globals__, name: value}, fn.__name__,
-                              fn.__defaults__)  # fmt: skip
+# notebook 10's loop without zero_grad, as a reader's package keeps it
+UNZEROED = """import torch
+
+from gptlib.data import sample_batch
+from gptlib.train import learning_rate
 
 
-def test_train_gpt_runs_notebook_10s_loop_and_its_slip_is_named():
-    reader = _with_global(Y.train_gpt, "train_loop", L.solution_train_loop)
-    assert Y.check_train_gpt(reader)
-    unzeroed = _with_global(Y.train_gpt, "train_loop", partial(L._loop, order="bcs"))
-    hint = next(h for h, wrong in Y.LOOP_MISTAKES if wrong.keywords == {"order": "bcs"})
-    assert Y.check_train_gpt(unzeroed).message == f"✗ train_gpt: {hint}"
+def train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+    g = torch.Generator().manual_seed(seed)
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
+        idx, labels = sample_batch(tokens, batch_size, model.cfg.block_size, g)
+        loss = model(idx, labels)[1]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+"""
 
 
-def test_sample_names_runs_notebook_12s_step_or_the_course_step_around_the_filter():
-    around = Y.sample_step_with(G.solution_filter_logits)
-    assert Y.check_sample_names(_with_global(Y.sample_names, "step_in_use", around))
-    assert Y.check_sample_names(_with_global(Y.sample_names, "step_in_use", G.solution_sample_step))
+def test_train_gpt_runs_notebook_10s_loop_and_its_slip_is_named(tmp_path, monkeypatch, capsys):
+    course = _trained(Y.reference_forward)
+    assert torch.equal(_trained(Y.reference_forward, loop=L.solution_train_loop), course)
+    unzeroed = _trained(Y.reference_forward, loop=partial(L._loop, order="bcs"))
+    assert float((unzeroed - course).abs().max()) > 1e-4  # the loop handed in is the one that ran
+    # 14 takes the loop with yours.use(check_train_loop): a kept loop with that slip is named as
+    # notebook 10's check names it, and the course's loop stands in
+    monkeypatch.setenv(yours.ENV, str(tmp_path))
+    (tmp_path / "train_loop.py").write_text(UNZEROED)
+    capsys.readouterr()
+    assert yours.use(check_train_loop) is L.solution_train_loop
+    out = capsys.readouterr().out
+    hint = next(h for h, wrong in L.LOOP_MISTAKES if wrong.keywords == {"order": "bcs"})
+    assert out.startswith("train_loop: the course's reference stands in (yours does not pass")
+    assert f"✗ train_loop: {hint}" in out, out
+
+
+def test_a_loop_that_clears_the_gradients_on_the_model_runs_on_the_dict():
+    """`model.zero_grad()` instead of the optimizer's: notebook 10's check passes such a loop, and
+    WeightsModel clears the tensors it trains, so 14's training runs it as the course's."""
+    space = {}
+    exec(UNZEROED.replace("        loss.backward()", "        model.zero_grad()\n        loss.backward()"),
+         space)  # fmt: skip
+    assert check_train_loop(space["train_loop"])
+    assert torch.equal(_trained(Y.reference_forward, loop=space["train_loop"]),
+                       _trained(Y.reference_forward))  # fmt: skip
+
+
+def _names(asset, **step):
+    """14's assembled sampler (sample_names, `step` handed in or the course's) on the trained
+    microgpt: 6 names of up to 12 tokens at temperature 1, top-k 3."""
+    w, bos = gpt_weights(asset.model.double()), asset.tokenizer.bos_id
+    g = torch.Generator().manual_seed(5)
+    return Y.sample_names(Y.reference_forward, w, 4, bos, 6, g, 1.0, 3, 12, **step)
+
+
+def test_sample_names_runs_notebook_12s_step_or_the_course_step_around_the_filter(asset):
+    course = _names(asset)
+    assert _names(asset, step=G.solution_sample_step) == course
+    assert _names(asset, step=Y.sample_step_with(G.solution_filter_logits)) == course
     k_plus_one = partial(G._filter, k_shift=1)  # a slip of notebook 12's filter
-    slipped = _with_global(Y.sample_names, "step_in_use", Y.sample_step_with(k_plus_one))
-    assert Y.check_sample_names(slipped).message.startswith("✗ sample_names: name ")
+    assert _names(asset, step=Y.sample_step_with(k_plus_one)) != course  # the step handed in ran
 
 
-def test_a_sampler_that_never_crops_the_context_gets_the_block_hint():
-    def uncropped(forward_fn, w, n_head, bos, num, generator, temperature=1.0, top_k=None,
-                  max_len=40):  # fmt: skip
-        idx = torch.full((num, 1), bos)
-        for _ in range(max_len):
-            logits = forward_fn(w, idx, n_head)[:, -1] / temperature
-            idx = torch.cat([idx, torch.multinomial(logits.softmax(-1), 1, generator=generator)], 1)
-        return idx[:, 1:].tolist()
+def test_a_step_that_never_crops_the_context_is_refused_before_14_runs_it():
+    """14's sampler grows each row past the window; the step crops. A step that does not is named
+    by notebook 12's check, so yours.use does not hand it to the sampler."""
 
-    message = Y.check_sample_names(uncropped).message
-    assert message.startswith("✗ sample_names: your function raised ")
-    assert message.endswith(Y.CROP)
+    def sample_step(model, idx, temperature, top_k, top_p, generator):
+        was = model.training
+        model.eval()
+        with torch.no_grad():
+            logits = model(idx)[0][:, -1]
+        model.train(was)
+        if temperature == 0:
+            return logits.argmax(-1, keepdim=True)
+        probs = G.solution_filter_logits(logits / temperature, top_k, top_p).softmax(-1)
+        return torch.multinomial(probs, 1, generator=generator)
+
+    message = G.check_sample_step(sample_step).message
+    assert message.startswith("✗ sample_step: your function raised ")
+    assert message.endswith("the context was not cropped, so the model refused it"), message
 
 
 def test_a_list_is_accepted_where_a_pair_is_asked():
@@ -188,16 +249,6 @@ def test_the_reference_sampler_draws_generates_names(asset):
 
 
 # --- generic lines in the exercise's terms ----------------------------------------------------
-
-
-def test_a_sampler_that_keeps_the_closing_bos_is_told_which_name_differs():
-    def sample_names(*args):
-        bos = args[3]
-        return [[*name, bos] for name in Y.sample_names(*args)]
-
-    message = Y.check_sample_names(sample_names).message
-    assert message.startswith("✗ sample_names: name 0 of the 6 drawn differs: yours is the ids [")
-    assert "shape" not in message
 
 
 def test_a_cache_that_grows_by_a_block_each_call_is_told_in_blocks():

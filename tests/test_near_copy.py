@@ -20,13 +20,7 @@ from gptlib.exercises.progress import EXERCISES
 
 # Near-copies still on the page, each with the change that removes it. The list only shrinks:
 # a new near-copy fails, and so does an entry here that no longer is one.
-KNOWN: dict[tuple[str, str], str] = {
-    # 14's train_gpt is now an assembly step around the reader's notebook-10 loop: what is left to
-    # write is listing the optimizer's tensors (10's HandAdamW lists them) and calling train_loop
-    # (10's stub has its signature). The change that removes it: 14 assembles train_gpt in a cell
-    # of its own instead of asking for it (15 then takes the reader's loop the same way).
-    ("check_train_gpt", "10_training_loop"): "14 assembles train_gpt instead of asking for it",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _stem(path: str) -> str:

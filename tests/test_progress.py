@@ -19,11 +19,8 @@ ROOT = Path(__file__).parent.parent
 
 def _prelude(check) -> str:
     """The imports a pasted solution needs: what its module imports (never what it defines), and
-    what notebook 14's cells give its assembly steps: the classes the module exports
-    (`WeightsModel`) and the earlier exercises' pieces it names as the notebook does
-    (`train_loop`, taken there with `yours.use`)."""
+    the classes the module exports (`WeightsModel`), which notebook 14's cells import."""
     module = sys.modules[check.solution.__module__]
-    solutions = {id(getattr(ex, n).solution) for n in ex.__all__ if n.startswith("check_")}
     lines = [
         "from __future__ import annotations",
         "import math",
@@ -34,9 +31,7 @@ def _prelude(check) -> str:
     for name, value in vars(module).items():
         if name.startswith("_"):
             continue
-        given = (isinstance(value, type) and name in getattr(module, "__all__", ())) or (
-            id(value) in solutions and name != value.__name__
-        )
+        given = isinstance(value, type) and name in getattr(module, "__all__", ())
         if (
             given
             or isinstance(value, types.ModuleType)

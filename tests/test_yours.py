@@ -143,22 +143,35 @@ def test_a_kept_piece_that_runs_another_kept_piece_loads_in_a_fresh_kernel(
 ):
     import sys
 
-    from gptlib.exercises import nb10_training_loop as training
-    from gptlib.exercises import nb14_your_gpt as your_gpt
+    from gptlib.exercises import nb12_generation as generation
 
     folder = _fresh(tmp_path, monkeypatch)
-    assert ex.check_train_loop(_as_readers(training.solution_train_loop))  # notebook 10
-    loop = yours.use(ex.check_train_loop)  # the kept one: yourgpt.train_loop
-    g = your_gpt.train_gpt
-    train_gpt = types.FunctionType(g.__code__, {**g.__globals__, "train_loop": loop}, g.__name__)
-    train_gpt.__module__ = "__main__"  # notebook 14's, around notebook 10's kept loop
-    assert ex.check_train_gpt(train_gpt)
-    assert "from yourgpt.train_loop import " in (folder / "train_gpt.py").read_text()
+    assert ex.check_filter_logits(_as_readers(generation.solution_filter_logits))  # notebook 12
+    filter_in_use = yours.use(ex.check_filter_logits)  # the kept one: yourgpt.filter_logits
+    s = _sample_step
+    sample_step = types.FunctionType(s.__code__, {**s.__globals__, "filter_in_use": filter_in_use},
+                                     s.__name__)  # fmt: skip
+    sample_step.__module__ = "__main__"  # notebook 12's optional step, around the kept filter
+    assert ex.check_sample_step(sample_step)
+    assert "from yourgpt.filter_logits import " in (folder / "sample_step.py").read_text()
     for name in [m for m in sys.modules if m == "yourgpt" or m.startswith("yourgpt.")]:
         monkeypatch.delitem(sys.modules, name)  # a fresh kernel: nothing of yourgpt imported
     capsys.readouterr()
-    assert yours.use(ex.check_train_gpt) is not ex.check_train_gpt.solution
-    assert "train_gpt: yours" in capsys.readouterr().out
+    assert yours.use(ex.check_sample_step) is not ex.check_sample_step.solution
+    assert "sample_step: yours" in capsys.readouterr().out
+
+
+def _sample_step(model, idx, temperature, top_k, top_p, generator):
+    """A reader's step of notebook 12 that calls the filter in use, taken with yours.use."""
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = model(idx[:, -model.cfg.block_size :])[0][:, -1]
+    model.train(was)
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    probs = filter_in_use(logits / temperature, top_k, top_p).softmax(dim=-1)  # noqa: F821
+    return torch.multinomial(probs, 1, generator=generator)
 
 
 def test_a_value_of_the_notebook_is_named_in_the_kept_file(tmp_path, monkeypatch):

@@ -61,8 +61,6 @@ from gptlib.exercises.nb14_your_gpt import (
     check_cached_attention,
     check_forward,
     check_forward_cached,
-    check_sample_names,
-    check_train_gpt,
     planted_slip,
     sample_step_with,
 )
@@ -128,8 +126,6 @@ __all__ = [
     "check_cached_attention",
     "check_forward",
     "check_forward_cached",
-    "check_sample_names",
-    "check_train_gpt",
     "planted_slip",
     "sample_step_with",
     "check_learn_merges",

@@ -46,7 +46,7 @@ def solution_train_loop(model, optimizer, tokens, steps, batch_size, max_lr, war
 
 def slipped_loop(loss_of, params, T, opt, tokens, steps, batch_size, max_lr, warmup, clip, seed, *,
            order="zbcs", lr="cosine", reseed=False, shift=None, each=False):  # fmt: skip
-    """The loop with slips by switch (notebook 14's too): `order` spells zero_grad, backward,
+    """The loop with slips by switch: `order` spells zero_grad, backward,
     clip, step; loss_of(idx, labels) is a batch's loss, T its window."""
     g = torch.Generator().manual_seed(seed)
     groups = [[p] for p in params] if each else [params]

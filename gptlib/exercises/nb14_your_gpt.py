@@ -1,7 +1,8 @@
 """Notebook 14, the capstone: microgpt on a dict of plain tensors (`gpt_weights`), wired from the
 reader's earlier pieces (PIECE_CHECKS, handed in as `pieces`), trained by the reader's loop of
-notebook 10 and sampled by their step of notebook 12 (each handed a `WeightsModel`: the dict and a
-forward shaped as the model those exercises were written for), and cached."""
+notebook 10 and sampled by their step of notebook 12 (`train_gpt` and `sample_names` assemble them:
+each hands its loop or step a `WeightsModel`, the dict and a forward shaped as the model those
+exercises were written for), and cached."""
 
 from __future__ import annotations
 
@@ -14,16 +15,12 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from gptlib.checkpoint import load_asset
-from gptlib.classroom.ladder import gpt_optimizer, gpt_weights, trainable
 from gptlib.exercises.checking import (
     CheckResult,
     close,
     compare,
     mismatch,
     solved_by,
-    steps_differ,
-    watched,
 )
 from gptlib.exercises.nb01_embeddings import check_embed
 from gptlib.exercises.nb02_qkv import check_qkv_split
@@ -32,16 +29,15 @@ from gptlib.exercises.nb04_multi_head import check_merge_heads, check_split_head
 from gptlib.exercises.nb06_normalisation import check_pre_norm_block, check_rmsnorm
 from gptlib.exercises.nb07_mlp import check_mlp_forward
 from gptlib.exercises.nb09_loss import check_lm_loss
-from gptlib.exercises.nb10_training_loop import slipped_loop, solution_train_loop
+from gptlib.exercises.nb10_training_loop import solution_train_loop
 from gptlib.exercises.nb12_generation import solution_sample_step
 from gptlib.language import N_, _
 
 # The plain-tensor tools (gpt_weights, trainable, ...) and climb_yours are gptlib.classroom.ladder's.
-__all__ = ["WeightsModel", "check_cached_attention", "check_forward",
-           "check_forward_cached", "check_sample_names", "check_train_gpt", "planted_slip",
-           "sample_step_with"]  # fmt: skip
+__all__ = ["WeightsModel", "check_cached_attention", "check_forward", "check_forward_cached",
+           "planted_slip", "sample_names", "sample_step_with", "train_gpt"]  # fmt: skip
 
-ASSET = "names-microgpt-h4.pt"
+ASSET = "names-microgpt-h4.pt"  # the trained microgpt the notebook loads
 # The pieces the capstone brings, each with the check of the notebook that taught it.
 PIECE_CHECKS = dict(embed=check_embed, qkv_split=check_qkv_split, split_heads=check_split_heads,
                     causal_attention=check_causal_attention, merge_heads=check_merge_heads,
@@ -78,8 +74,8 @@ def forward(w, idx, n_head, pieces):
 class WeightsModel:
     """A dict of weights and a forward, shaped as the model notebooks 10 and 12 hand a loop and a
     sampling step: `model(idx, labels)` is (logits, loss_fn's loss or None), `model.parameters()`
-    the tensors to train, `model.cfg.block_size` the rows of the position table. The forward has
-    no dropout, so `train()` and `eval()` only note the mode.
+    the tensors to train (`model.zero_grad()` clears theirs), `model.cfg.block_size` the rows of
+    the position table. The forward has no dropout, so `train()` and `eval()` only note the mode.
 
     Taught in notebook 14 (your gpt)."""
 
@@ -97,6 +93,14 @@ class WeightsModel:
     def parameters(self):
         return iter(self.params)
 
+    def zero_grad(self, set_to_none: bool = True):
+        """What `nn.Module.zero_grad` does, for a loop that clears the gradients on the model."""
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
     def train(self, mode: bool = True):
         self.training = mode
         return self
@@ -105,25 +109,29 @@ class WeightsModel:
         return self.train(False)
 
 
-train_loop = solution_train_loop  # the reference's notebook-10 loop, as the notebook names yours
-step_in_use = solution_sample_step  # and its notebook-12 step
-
-
 def train_gpt(forward_fn, loss_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip,
-              seed, n_head):  # fmt: skip
-    """Notebook 10's train_loop for a dict of weights: loss_fn(forward_fn(w, idx, n_head), labels)."""
+              seed, n_head, loop: Callable = solution_train_loop) -> list:  # fmt: skip
+    """Notebook 10's training loop `loop` (the course's unless handed the reader's) run on a dict of
+    weights: `loss_fn(forward_fn(w, idx, n_head), labels)` is each batch's loss, the tensors the
+    optimizer holds are the ones clipped; the list of the steps' losses.
+
+    Taught in notebook 14 (your gpt)."""
     params = [t for group in optimizer.param_groups for t in group["params"]]  # what it trains
     model = WeightsModel(forward_fn, w, n_head, loss_fn, params)  # what notebook 10's loop reads
-    return train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed)
+    return loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed)
 
 
 def sample_names(forward_fn, w, n_head, bos, num, generator, temperature=1.0, top_k=None,
-                 max_len=40):  # fmt: skip
-    """`num` names as lists of ids, notebook 12's sample_step drawn until every row has a BOS."""
+                 max_len=40, step: Callable = solution_sample_step) -> list:  # fmt: skip
+    """`num` names as lists of ids (no BOS), notebook 12's sampling step `step` (the course's unless
+    handed the reader's) drawn for all the rows at once until every row has a BOS, or `max_len`
+    steps; a row that has drawn BOS is cut there.
+
+    Taught in notebook 14 (your gpt)."""
     model = WeightsModel(forward_fn, w, n_head)  # what notebook 12's step reads
     idx = torch.full((num, 1), bos)  # [num, 1]
     for _step in range(max_len):
-        nxt = step_in_use(model, idx, temperature, top_k, None, generator)  # [num, 1]
+        nxt = step(model, idx, temperature, top_k, None, generator)  # [num, 1]
         idx = torch.cat([idx, nxt], dim=1)
         if (idx[:, 1:] == bos).any(dim=1).all():  # every row has drawn BOS: all names ended
             break
@@ -267,7 +275,6 @@ def _forward_inputs(g: torch.Generator, pieces=None) -> tuple:
 
 
 # The piece each weight of gpt_weights belongs to, in the forward's order.
-# The piece each weight of gpt_weights belongs to, in the forward's order.
 NORM, PIECE_OF = N_("the norm (rmsnorm)"), dict(tok_emb=N_("the embedding"), qkv=N_("attention"),
                                                 fc=N_("the MLP"), lm_head=N_("the head"))  # fmt: skip
 PIECE_OF.update(pos_emb=PIECE_OF["tok_emb"], attn_proj=PIECE_OF["qkv"], mlp_proj=PIECE_OF["fc"],
@@ -320,134 +327,8 @@ def check_forward(fn: Callable, pieces=None) -> CheckResult:
                    locate=locate_cut)  # fmt: skip
 
 
-# --- The training loop: the reader's trains the forward handed, the reference the reference
-TRAIN = (6, 4, 1e-2, 2, 0.2)  # steps, batch_size, max_lr, warmup, clip
-
-
-def _loop(forward_fn, loss_fn, w, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed,
-          n_head, **slip):  # fmt: skip
-    """train_gpt with one slip, by the switches of notebook 10's slipped loop."""
-    params = [t for group in optimizer.param_groups for t in group["params"]]
-    loss_of = lambda idx, labels: loss_fn(forward_fn(w, idx, n_head), labels)  # noqa: E731
-    return slipped_loop(loss_of, params, w["pos_emb"].shape[0], optimizer, tokens, steps,
-                        batch_size, max_lr, warmup, clip, seed, **slip)  # fmt: skip
-
-
-# fmt: off
-LOOP_MISTAKES = [
-    (N_("the gradients are never zeroed: each step's gradient is added to all the earlier ones, so "
-        "from step 1 on every update is pushed by old batches"), partial(_loop, order="bcs")),
-    (N_("the gradients were not clipped before the step: your updates are those of a run with no "
-        "clipping, larger whenever the global norm is above clip"), partial(_loop, order="zbs")),
-    (N_("the step comes before backward: each update uses the previous step's gradient (none at "
-        "step 0), one batch late"), partial(_loop, order="szbc")),
-    (N_("the learning rate is never set: every step uses the optimizer's starting rate, with no "
-        "warmup and no decay"), partial(_loop, lr=None)),
-    (N_("every step trained on the same batch: the generator is seeded again inside the loop"),
-     partial(_loop, reseed=True)),
-    (N_("each parameter's gradient was clipped on its own to the norm clip: your updates are "
-        "larger than those of one factor for all the gradients together"),
-     partial(_loop, each=True)),
-    *[(N_("the labels were shifted twice: lm_loss already pairs position t with labels[t + 1], so "
-          "each position is scored on the token after next"), partial(_loop, shift=shift))
-      for shift in ("cropped", "padded", "rolled")],
-]
-# fmt: on
-
-
-def _trained(train_fn: Callable, forward_fn: Callable, loss_fn: Callable, w, tokens, seed) -> tuple:
-    """train_fn run on trainable copies of w: (the losses in float64, the final weights)."""
-    w = trainable(w)
-    opt = gpt_optimizer(w, lr=TRAIN[2])
-    losses = train_fn(forward_fn, loss_fn, w, opt, tokens, *TRAIN, seed, _H)
-    return torch.tensor([float(x) for x in losses], dtype=torch.float64), w
-
-
 def _bound(forward_fn):
     return lambda w, idx, n_head, pieces: forward_fn(w, idx, n_head)
-
-
-def _train_inputs(g: torch.Generator) -> tuple:
-    tokens = torch.randint(0, _V, (300,), generator=g)
-    return _weights(g, dtype=torch.float64), tokens, g.initial_seed() % 7
-
-
-@solved_by(train_gpt)
-def check_train_gpt(fn: Callable, forward_fn: Callable | None = None, loss_fn=None) -> CheckResult:
-    """`train_gpt` training `forward_fn` with `loss_fn` (the references' when None) for 6 steps on
-    float64 random weights, beside the reference loop and forward: the losses and final weights."""
-    forward_fn, loss_fn = forward_fn or reference_forward, loss_fn or reference.lm_loss
-    ref = partial(_trained, train_gpt, reference_forward, reference.lm_loss)
-    wrong = [(hint, partial(_trained, slip, forward_fn, loss_fn)) for hint, slip in LOOP_MISTAKES]
-    user = partial(_trained, fn, forward_fn, loss_fn)
-    result = compare("train_gpt", user, ref, _train_inputs, wrong, atol=1e-8, rtol=1e-6,
-                     grads=False, describe=steps_differ)  # fmt: skip
-    if result or any(result.message.endswith(_(hint)) for hint, _w in LOOP_MISTAKES):
-        return result  # a slip of the loop's own, named
-    trains = compare("forward", _bound(forward_fn), _bound(reference_forward), _forward_inputs,
-                     locate=locate_cut)  # fmt: skip
-    said = _("✗ train_gpt: the forward it trains: {problem}")
-    problem = re.sub(r"^✗ forward[:：] ?", "", trains.message)  # what is wrong in the forward
-    cut = CheckResult(False, said.format(problem=problem))
-    return result if trains else cut
-
-
-# --- The sampler: the names drawn with the trained microgpt from equal generators
-# fmt: off
-SAMPLE_MISTAKES = [  # each (message, the reference run another way)
-    (N_("the logits were multiplied by the temperature: a temperature below 1 then flattens the "
-        "distribution and one above 1 sharpens it"),
-     lambda s, f, w, h, bos, num, g, t, k, n: s(f, w, h, bos, num, g, 1 / t, k, n)),
-    (N_("the next token was drawn from the first position's logits: every step predicts what "
-        "follows the row's first token, whatever came after it"),
-     lambda s, f, w, *a: s(lambda w, idx, h: f(w, idx, h)[:, :1], w, *a)),
-    (N_("each name still starts with the BOS id it was started from"),
-     lambda s, f, w, h, bos, *a: [[bos, *name] for name in s(f, w, h, bos, *a)]),
-    (N_("top_k is never applied: at a setting with top_k every token can still be drawn"),
-     lambda s, f, w, h, bos, num, g, t, k, n: s(f, w, h, bos, num, g, t, None, n)),
-]
-# fmt: on
-SAMPLE_SETTINGS = ((1.0, None), (0.7, 5), (1.5, 3))  # (temperature, top_k), one per trial
-CROP = N_("the context grew longer than the T rows of the position table")
-CROP_HINTS = [("must match the size", CROP), ("out of bounds", CROP)]
-
-
-def _drawn(sampler: Callable, w, n_head, bos, temperature, top_k) -> torch.Tensor:
-    """sampler run with the reference forward, seed 5: 6 names of up to 12 tokens, -1 after each."""
-    g = torch.Generator().manual_seed(5)
-    names = sampler(watched(reference_forward), w, n_head, bos, 6, g, temperature, top_k, 12)
-    return torch.tensor([int(t) for name in names for t in [*name, -1]])
-
-
-def _sample_inputs(g: torch.Generator) -> tuple:
-    asset = load_asset(ASSET)
-    w, bos = gpt_weights(asset.model.double()), asset.tokenizer.bos_id
-    return w, asset.model.cfg.n_head, bos, *SAMPLE_SETTINGS[g.initial_seed() % 3]
-
-
-def _names_differ(got, expected) -> str | None:
-    """The first drawn name that differs, as ids (the names come joined by -1 from _drawn)."""
-    if not isinstance(got, torch.Tensor) or got.dim() != 1:
-        return None
-    split = lambda t: " ".join(map(str, t.tolist())).split("-1")[:-1]  # noqa: E731
-    mine, ref = split(got), split(expected)
-    for k, (a, b) in enumerate(zip(mine, ref, strict=False)):
-        if a != b:
-            said = _("name {k} of the {n} drawn differs: yours is the ids [{got}], the "
-                     "reference's [{expected}]")  # fmt: skip
-            return said.format(k=k, n=len(ref), got=a.strip(), expected=b.strip())
-    said = _("you returned {got} names where the reference draws {expected}")
-    return said.format(got=len(mine), expected=len(ref)) if len(mine) != len(ref) else None
-
-
-@solved_by(sample_names)
-def check_sample_names(fn: Callable) -> CheckResult:
-    """`sample_names` with the reference forward and the trained microgpt (float64) at three
-    settings of temperature and top_k, from equal generators."""
-    wrong = [(hint, partial(_drawn, partial(how, sample_names))) for hint, how in SAMPLE_MISTAKES]
-    return compare("sample_names", partial(_drawn, fn), partial(_drawn, sample_names),
-                   _sample_inputs, wrong, error_hints=CROP_HINTS, grads=False, no_grad=True,
-                   describe=_names_differ)  # fmt: skip
 
 
 # --- The cache

@@ -8,8 +8,7 @@ its notebook's module, and its cells.
 `refusals`: a library function (or a class's method) that does the exercise's whole job, how the
 message names it and what it does; a check that finds a call to one in the reader's source says
 "write this one yourself". Left out on purpose: `gptlib.generate.filter_logits` for
-`sample_step` (notebook 12 allows it) and for `sample_names` (notebook 14's, which runs that step),
-and `merge_heads`, which has no library function of its own.
+`sample_step` (notebook 12 allows it), and `merge_heads`, which has no library function of its own.
 """
 
 from __future__ import annotations
@@ -113,7 +112,7 @@ EXERCISES: tuple[Exercise, ...] = (
           "GPT.forward (model(idx, labels))",
           N_("computes the loss with GPT.loss, the whole exercise")),
     )),
-    Exercise("check_train_loop", "10", 3, 35, used="10 14", refusals=(R("gptlib.train.train"),)),
+    Exercise("check_train_loop", "10", 3, 35, used="10 14 15", refusals=(R("gptlib.train.train"),)),
     Exercise("check_adamw_step", "10", 3, 30, used="10", optional=True, refusals=(
         R("torch.optim.AdamW"),
         R("torch.optim.Adam"),
@@ -149,17 +148,6 @@ EXERCISES: tuple[Exercise, ...] = (
     )),
     Exercise("check_forward", "14", 2, 20, used="14 15",
              refusals=(_MODEL, _BLOCK)),
-    Exercise("check_train_gpt", "14", 1, 10, used="14 15", refusals=(
-        R("gptlib.train.train"),
-        _MODEL,
-    )),
-    Exercise("check_sample_names", "14", 1, 10, used="14", refusals=(
-        _GENERATE,
-        R("gptlib.generate.sample_documents"),
-        _PICK_NEXT,
-        _NEXT_TOKEN_PROBS,
-        _MODEL,
-    )),
     Exercise("check_cached_attention", "14", 3, 25, used="14",
              refusals=(
         _SDPA,

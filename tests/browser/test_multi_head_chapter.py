@@ -20,7 +20,11 @@ from playwright.sync_api import expect
 NOTEBOOK = "04_multi_head.ipynb"
 EXPLORER = ".gptlib-heads-explorer"
 # The cells the explorer needs, in order: the imports, the head counts, the explorer itself.
-NEEDED = ("from gptlib import heads", "head_counts = [1, 2, 4, 8, 16]", "widgets.heads_explorer(")
+NEEDED = (
+    "from gptlib.classroom import heads",
+    "head_counts = [1, 2, 4, 8, 16]",
+    "widgets.heads_explorer(",
+)
 
 
 def _maps_shown(page) -> list[dict]:

@@ -10,6 +10,25 @@ import re
 
 import gptlib.exercises as ex
 
+# A notebook-10 loop with one slip, no zero_grad: gradients pile up from step to step (the cell a
+# reader's kept `yourgpt/train_loop.py` holds; the tests give it its imports where they need them).
+UNZEROED_LOOP = """def train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
+    g = torch.Generator().manual_seed(seed)
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
+        idx, labels = sample_batch(tokens, batch_size, model.cfg.block_size, g)
+        loss = model(idx, labels)[1]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+"""
+
+
 SLIP = re.compile(r"slip|first_try|wrong|mistake")  # the notebooks' demonstrations of slips
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from stubs import checked_name, replace_definition, solution_source
+from stubs import UNZEROED_LOOP, checked_name, replace_definition, solution_source
 
 import gptlib.exercises as ex
 from gptlib.exercises.progress import EXERCISES
@@ -55,21 +55,6 @@ DETACHED = {
     return pieces.rmsnorm(x, w["ln_f"]).detach() @ w["lm_head"].T
 """,
 }
-UNZEROED_LOOP = """def train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
-    g = torch.Generator().manual_seed(seed)
-    model.train()
-    losses = []
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
-        idx, labels = sample_batch(tokens, batch_size, model.cfg.block_size, g)
-        loss = model(idx, labels)[1]
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
-"""
 
 
 def _checked_name(cells, check: str) -> str:

@@ -9,6 +9,7 @@ from functools import partial
 
 import pytest
 import torch
+from stubs import UNZEROED_LOOP
 
 from gptlib.checkpoint import load_asset
 from gptlib.classroom.ladder import estimate_forward_loss, gpt_optimizer, gpt_weights, trainable
@@ -117,27 +118,10 @@ def test_the_assembled_loop_trains_the_forward_it_is_handed_and_the_cut_is_locat
 
 
 # notebook 10's loop without zero_grad, as a reader's package keeps it
-UNZEROED = """import torch
-
-from gptlib.data import sample_batch
-from gptlib.train import learning_rate
-
-
-def train_loop(model, optimizer, tokens, steps, batch_size, max_lr, warmup, clip, seed):
-    g = torch.Generator().manual_seed(seed)
-    model.train()
-    losses = []
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, max_lr, warmup, steps, "cosine")
-        idx, labels = sample_batch(tokens, batch_size, model.cfg.block_size, g)
-        loss = model(idx, labels)[1]
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
-"""
+UNZEROED = (
+    "import torch\n\nfrom gptlib.data import sample_batch\nfrom gptlib.train import learning_rate\n\n\n"
+    + UNZEROED_LOOP
+)
 
 
 def test_train_gpt_runs_notebook_10s_loop_and_its_slip_is_named(tmp_path, monkeypatch, capsys):

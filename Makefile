@@ -20,7 +20,7 @@ ZH_NBVAL_ORDER := $(foreach n,$(SLOWEST),$(wildcard notebooks/zh/$(n)_*.ipynb)) 
 # processes on a 2-core machine run several times slower than two 1-thread ones.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
 
-# `make notebook-times ARGS="--threads 1 notebooks/03_scaled_attention.ipynb"` times only those.
+# `make notebook-times ARGS="--only native --threads 1 notebooks/03_scaled_attention.ipynb"` times only those.
 .PHONY: course install lab test check lint unit nbval nbval-native browser notebooks zh site assets figures screenshots benchmark notebook-times clean
 
 $(COURSE): $(COURSE_REQS) pyproject.toml

@@ -1,13 +1,20 @@
 """How long each notebook takes to Run All: its seconds and the total, nothing asserted.
 
-Each notebook is executed the way `make notebooks` executes it (the portable arithmetic on x86-64,
-an empty temporary reader's package in GPTLIB_YOURS, PYTHONHASHSEED=0), but on a temporary copy,
-never in place, and with `--threads` threads (default 2: "Run All on two threads" is the measure a
-reader's laptop sees; `make notebooks` itself uses one). The clock runs from the first cell to the
-last, the kernel already started, as when a reader opens the notebook and presses Run All.
+Each notebook is executed on a temporary copy, never in place, with an empty temporary reader's
+package in GPTLIB_YOURS, PYTHONHASHSEED=0 and `--threads` threads (default 2: "Run All on two
+threads" is the measure a reader's laptop sees; `make notebooks` itself uses one), twice:
 
-    python benchmarks/notebook_times.py                       # every English notebook
+- native: this CPU's own vector kernels, as a reader's JupyterLab runs it (nothing set);
+- portable: ATen's scalar kernels and MKL's compatible code path, the arithmetic `make notebooks`
+  stores the outputs under and nbval compares the English edition under (x86-64 only; the scalar
+  kernels make a notebook that trains at d = 128 about three times slower).
+
+The clock runs from the first cell to the last, the kernel already started, as when a reader opens
+the notebook and presses Run All.
+
+    python benchmarks/notebook_times.py                       # every English notebook, both ways
     python benchmarks/notebook_times.py notebooks/03_scaled_attention.ipynb --threads 1
+    python benchmarks/notebook_times.py --only native         # a reader's Run All alone
     make notebook-times ARGS="--threads 1"
 """
 
@@ -26,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # ATen's scalar kernels and MKL's compatible code path: the arithmetic the stored outputs were
 # made under (tests/notebook_arithmetic.sh), on x86-64 only.
 PORTABLE = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+ARITHMETICS = ("native", "portable")
 
 
 def english_notebooks() -> list[Path]:
@@ -52,9 +60,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--timeout", type=int, default=900, help="seconds one cell may take (default 900)"
     )
     parser.add_argument(
-        "--native",
-        action="store_true",
-        help="this CPU's own vector kernels instead of the portable arithmetic",
+        "--only",
+        choices=ARITHMETICS,
+        help="time under one arithmetic only: native (a reader's Run All) or portable (make "
+        "notebooks'); default both",
     )
     args = parser.parse_args(argv)
     if args.threads < 1:
@@ -67,6 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not path.is_file():
             parser.error(f"{path}: no such notebook (the notebooks are in {ROOT / 'notebooks'})")
     args.notebooks = [p.resolve() for p in args.notebooks] or english_notebooks()
+    args.arithmetics = [args.only] if args.only else list(ARITHMETICS)
     return args
 
 
@@ -109,25 +119,37 @@ def run_all_seconds(path: Path, timeout: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     yours = tempfile.mkdtemp(prefix="gptlib-yours-")  # an empty reader's package
-    env = kernel_environment(args.threads, args.native)
-    os.environ.update(env, GPTLIB_YOURS=yours)  # the kernel inherits them
-    arithmetic = "portable" if "MKL_CBWR" in env else "native"
-    print(f"Run All, {args.threads} thread(s), {arithmetic} arithmetic, on copies")
-    total, failed = 0.0, []
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    arithmetics = [a for a in args.arithmetics if a == "native" or x86]  # no portable on arm64
+    if not arithmetics:
+        print("the portable arithmetic exists on x86-64 only; time with --only native here")
+        return 1
+    print(f"Run All, {args.threads} thread(s), on copies, seconds under each arithmetic")
+    print(f"{'notebook':40}" + "".join(f"{a:>10}" for a in arithmetics), flush=True)
+    totals, failed = dict.fromkeys(arithmetics, 0.0), []
     try:
         for path in args.notebooks:
-            try:
-                seconds = run_all_seconds(path, args.timeout)
-            except Exception as e:  # a failing cell: named, and the others still run
-                failed.append(path.name)
-                print(f"{path.name:40} failed: {str(e).strip().splitlines()[-1][:200]}", flush=True)
-                continue
-            total += seconds
-            print(f"{path.name:40} {seconds:8.1f} s", flush=True)
+            row = []
+            for arithmetic in arithmetics:
+                for name in PORTABLE:  # the kernel inherits os.environ: nothing left over
+                    os.environ.pop(name, None)
+                os.environ.update(
+                    kernel_environment(args.threads, arithmetic == "native"), GPTLIB_YOURS=yours
+                )
+                try:
+                    seconds = run_all_seconds(path, args.timeout)
+                except Exception as e:  # a failing cell: named, and the others still run
+                    failed.append(f"{path.name} ({arithmetic})")
+                    print(f"{path.name} failed under the {arithmetic} arithmetic: "
+                          f"{str(e).strip().splitlines()[-1][:200]}", flush=True)  # fmt: skip
+                    row.append(f"{'failed':>10}")
+                    continue
+                totals[arithmetic] += seconds
+                row.append(f"{seconds:10.1f}")
+            print(f"{path.name:40}" + "".join(row), flush=True)
     finally:
         shutil.rmtree(yours, ignore_errors=True)
-    timed = len(args.notebooks) - len(failed)
-    print(f"{'total':40} {total:8.1f} s ({timed} notebooks)")
+    print(f"{'total':40}" + "".join(f"{totals[a]:10.1f}" for a in arithmetics))
     if failed:
         print(f"not timed, a cell failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

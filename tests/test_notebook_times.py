@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_by_default_every_english_notebook_on_two_threads():
     args = notebook_times.parse_args([])
-    assert args.threads == 2 and not args.native
+    assert args.threads == 2 and args.arithmetics == ["native", "portable"]
     names = [p.name for p in args.notebooks]
     assert len(names) == 17 and names == sorted(names)
     assert names[0].startswith("00_") and names[-1].startswith("16_")
@@ -26,6 +26,7 @@ def test_named_notebooks_and_threads():
     nb = ROOT / "notebooks" / "03_scaled_attention.ipynb"
     args = notebook_times.parse_args([str(nb), "--threads", "1"])
     assert args.notebooks == [nb] and args.threads == 1
+    assert notebook_times.parse_args(["--only", "native"]).arithmetics == ["native"]
 
 
 @pytest.mark.parametrize(
@@ -35,6 +36,7 @@ def test_named_notebooks_and_threads():
         (["notebooks/99_nothing.ipynb"], "no such notebook"),
         (["README.md"], "not a notebook"),
         (["--timeout", "0"], "--timeout 0"),
+        (["--only", "fast"], "invalid choice"),
     ],
 )
 def test_what_it_cannot_time_is_refused_with_what_to_give(argv, said, capsys):

@@ -57,6 +57,7 @@ def save_checkpoint(
     path: str | os.PathLike,
     model: GPT,
     tokenizer: CharTokenizer,
+    *,
     optimizer: torch.optim.Optimizer | None = None,
     step: int | None = None,
     history: History | None = None,

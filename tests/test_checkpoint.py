@@ -23,7 +23,7 @@ def trained(small_textbook):
 def test_roundtrip_gives_identical_logits(tmp_path, trained):
     model, tok, opt, hist = trained
     path = tmp_path / "ckpt.pt"
-    save_checkpoint(path, model, tok, opt, step=3, history=hist, extra={"note": "x"})
+    save_checkpoint(path, model, tok, optimizer=opt, step=3, history=hist, extra={"note": "x"})
     ck = load_checkpoint(path)
     idx = torch.randint(0, 11, (2, 12))
     model.eval()
@@ -101,7 +101,9 @@ def test_training_record_survives(tmp_path, trained):
     model, tok, opt, hist = trained
     g = torch.Generator().manual_seed(7)
     record = {"settings": {"seed": 7}, "rng": {"batches": [g.get_state()]}}
-    save_checkpoint(tmp_path / "c.pt", model, tok, opt, 3, hist, training=record)
+    save_checkpoint(
+        tmp_path / "c.pt", model, tok, optimizer=opt, step=3, history=hist, training=record
+    )
     ck = load_checkpoint(tmp_path / "c.pt")
     assert ck.training["settings"] == {"seed": 7}
     g2 = torch.Generator()

@@ -14,7 +14,7 @@ import sys
 from gptlib.checkpoint import CheckpointError
 from gptlib.commandline.report import one_line
 from gptlib.commandline.run import train_command
-from gptlib.commandline.samples import sample_command
+from gptlib.commandline.samples import SampleOptions, sample_command
 from gptlib.commandline.settings import DEFAULT_OUT, MAX_STEP_SECONDS, TRAIN_DEFAULTS, TrainOptions
 from gptlib.commandline.signals import StopSignals, exit_code, stop_name
 from gptlib.config import PRESETS
@@ -464,7 +464,7 @@ def _main(argv: list[str] | None) -> int:
                 from gptlib.exercises.progress import progress
 
                 return progress(args.notebook_dir, args.timeout) or 0
-            return sample_command(args)
+            return sample_command(SampleOptions.given(args))
         except (FileNotFoundError, CheckpointError, ValueError) as e:
             command = f" {args.command}" if args is not None else ""
             said = _("{prog}: error: {message}\n")

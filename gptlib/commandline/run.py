@@ -345,13 +345,15 @@ class TrainingRun:
         stem, ext = os.path.splitext(out)
         for path in [out, *(f"{stem}-{n}{ext or '.pt'}" for n in range(1, 1000))]:
             try:
-                save_checkpoint(path, self.model, corpus.tokenizer, optimizer, self.done,
-                                self.history, extra=extra, training=training,
-                                overwrite=overwrite and path == out)  # fmt: skip
+                save_checkpoint(path, self.model, corpus.tokenizer, optimizer=optimizer,
+                                step=self.done, history=self.history, extra=extra,
+                                training=training, overwrite=overwrite and path == out)  # fmt: skip
                 return path
             except FileExistsError:
                 continue
-        raise CheckpointError(f"could not find a free name beside {out!r} to save the run")
+        said = _("could not find a free name beside {out} to save the run (tried {out} and 999 "
+                 "numbered names beside it); free one of them or pass another --out")  # fmt: skip
+        raise CheckpointError(said.format(out=repr(out)))
 
 
 def corpus_fingerprint(corpus, chunk: int = 1 << 20) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 
 import torch
 
@@ -72,7 +73,26 @@ def print_samples(
         print("---")
 
 
-def _sample_gpt2_folder(args: argparse.Namespace, device: torch.device) -> int:
+@dataclass(frozen=True)
+class SampleOptions:
+    """What `python -m gptlib sample` was asked for, typed: the parser's one product."""
+
+    checkpoint: str
+    num: int = 10
+    temperature: float = 1.0
+    top_k: int | None = None
+    seed: int = 0
+    max_len: int = 200
+    prompt: str | None = None
+    device: str | None = None
+
+    @classmethod
+    def given(cls, args: argparse.Namespace) -> SampleOptions:
+        """The sample subcommand's parsed arguments, by name."""
+        return cls(**{name: getattr(args, name) for name in cls.__dataclass_fields__})
+
+
+def _sample_gpt2_folder(args: SampleOptions, device: torch.device) -> int:
     """A Hugging Face GPT-2 folder in place of a checkpoint: GPT-2's tokenizer, and without a
     prompt the samples start from <|endoftext|>, the token GPT-2 saw between documents."""
     from gptlib.bpe import END_OF_TEXT, gpt2_tokenizer
@@ -103,7 +123,7 @@ def _sample_gpt2_folder(args: argparse.Namespace, device: torch.device) -> int:
     return 0
 
 
-def sample_command(args: argparse.Namespace) -> int:
+def sample_command(args: SampleOptions) -> int:
     """`python -m gptlib sample`: samples from a checkpoint, or from a Hugging Face GPT-2 folder."""
     device = chosen_device(args.device)
     if os.path.isdir(args.checkpoint):

@@ -10,7 +10,7 @@ stacked weights. Each run still draws its own batches from its own seed, so run 
 `train(models[r], tokens, steps, seed=seeds[r], ...)`: the same batches, the same schedule, the
 same optimiser, the same losses up to the rounding of the batched arithmetic.
 
-Notebooks 02 and 07 train their seeds with it; notebook 10 builds the loop it batches
+Notebooks 02, 06 and 07 train their seeds with it; notebook 10 builds the loop it batches
 (`gptlib.train.train`).
 """
 
@@ -230,7 +230,7 @@ def train_runs(
     Run r's losses equal `train(models[r], tokens, steps, batch_size, seed=seeds[r], ...)`'s up
     to rounding: the batched matrix products add in another order (tests/test_batched.py).
 
-    Not taught in a notebook: notebooks 02 and 07 train their seeds with it, as a black box.
+    Not taught in a notebook: notebooks 02, 06 and 07 train their seeds with it, as a black box.
     """
     if steps < 0:
         raise ValueError(_("steps must be >= 0, got {steps}").format(steps=steps))

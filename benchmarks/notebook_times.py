@@ -10,7 +10,7 @@ threads" is the measure a reader's laptop sees; `make notebooks` itself uses one
   kernels make a notebook that trains at d = 128 about three times slower).
 
 The clock runs from the first cell to the last, the kernel already started, as when a reader opens
-the notebook and presses Run All.
+the notebook and presses Run All; beside each time, the slowest cell's seconds and id.
 
     python benchmarks/notebook_times.py                       # every English notebook, both ways
     python benchmarks/notebook_times.py notebooks/03_scaled_attention.ipynb --threads 1
@@ -94,9 +94,10 @@ def kernel_environment(threads: int, native: bool = False, machine: str | None =
     return env
 
 
-def run_all_seconds(path: Path, timeout: int) -> float:
+def run_all_seconds(path: Path, timeout: int) -> tuple[float, float, str]:
     """Execute a copy of `path` in a temporary folder; the seconds from its first cell to its
-    last. A failing cell raises nbclient's CellExecutionError."""
+    last, and the slowest cell's seconds and id. A failing cell raises nbclient's
+    CellExecutionError."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -107,13 +108,17 @@ def run_all_seconds(path: Path, timeout: int) -> float:
         client = NotebookClient(
             nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": folder}}
         )
+        slowest, slowest_id = 0.0, ""
         with client.setup_kernel():
             start = time.perf_counter()
             for index, cell in enumerate(nb.cells):
+                before = time.perf_counter()
                 client.execute_cell(cell, index)
+                if time.perf_counter() - before > slowest:
+                    slowest, slowest_id = time.perf_counter() - before, cell.get("id", str(index))
             seconds = time.perf_counter() - start
         nbformat.write(nb, copy)  # the executed copy, gone with its folder
-    return seconds
+    return seconds, slowest, slowest_id
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         print("the portable arithmetic exists on x86-64 only; time with --only native here")
         return 1
     print(f"Run All, {args.threads} thread(s), on copies, seconds under each arithmetic")
-    print(f"{'notebook':40}" + "".join(f"{a:>10}" for a in arithmetics), flush=True)
+    print(
+        f"{'notebook':32}" + "".join(f"{a:>10}{'slowest cell':>22}" for a in arithmetics),
+        flush=True,
+    )
     totals, failed = dict.fromkeys(arithmetics, 0.0), []
     try:
         for path in args.notebooks:
@@ -137,19 +145,19 @@ def main(argv: list[str] | None = None) -> int:
                     kernel_environment(args.threads, arithmetic == "native"), GPTLIB_YOURS=yours
                 )
                 try:
-                    seconds = run_all_seconds(path, args.timeout)
+                    seconds, slowest, cell = run_all_seconds(path, args.timeout)
                 except Exception as e:  # a failing cell: named, and the others still run
                     failed.append(f"{path.name} ({arithmetic})")
                     print(f"{path.name} failed under the {arithmetic} arithmetic: "
                           f"{str(e).strip().splitlines()[-1][:200]}", flush=True)  # fmt: skip
-                    row.append(f"{'failed':>10}")
+                    row.append(f"{'failed':>10}{'':>22}")
                     continue
                 totals[arithmetic] += seconds
-                row.append(f"{seconds:10.1f}")
-            print(f"{path.name:40}" + "".join(row), flush=True)
+                row.append(f"{seconds:10.1f}{f'{slowest:.1f} ({cell[:12]})':>22}")
+            print(f"{path.name:32}" + "".join(row), flush=True)
     finally:
         shutil.rmtree(yours, ignore_errors=True)
-    print(f"{'total':40}" + "".join(f"{totals[a]:10.1f}" for a in arithmetics))
+    print(f"{'total':32}" + "".join(f"{totals[a]:10.1f}{'':>22}" for a in arithmetics))
     if failed:
         print(f"not timed, a cell failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

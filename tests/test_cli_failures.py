@@ -15,7 +15,7 @@ import time
 
 import pytest
 import torch
-from processes import wait_for_line
+from processes import as_from_a_terminal, wait_for_line
 
 import gptlib.checkpoint
 import gptlib.commandline.cli
@@ -39,7 +39,7 @@ def _cli(*args, code=None, **env):
     command = ["-c", code] if code else ["-m", "gptlib"]
     return subprocess.Popen(
         [sys.executable, *command, *args],
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_from_a_terminal,  # even if this process was started with them ignored
         cwd=ROOT,
         env=_env(**env),
         stdin=subprocess.DEVNULL,

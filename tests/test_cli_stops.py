@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from processes import wait_for_line
+from processes import as_from_a_terminal, wait_for_line
 
 import gptlib.commandline.claim
 import gptlib.commandline.cli
@@ -150,7 +150,7 @@ def _cli(*args, cwd=ROOT):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "gptlib", *args],
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_from_a_terminal,  # even if this process was started with them ignored
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,

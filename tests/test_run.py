@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from processes import wait_for_line
+from processes import as_from_a_terminal, wait_for_line
 
 import gptlib.commandline.cli
 import gptlib.commandline.large_text
@@ -164,8 +164,7 @@ def _cli(*args, **kw):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "gptlib", *args],
-        # Ctrl-C as in a terminal, even if this process was started with SIGINT ignored
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_from_a_terminal,  # even if this process was started with them ignored
         cwd=kw.get("cwd", ROOT),
         env=env,
         stdout=subprocess.PIPE,

@@ -114,8 +114,9 @@ def run_all_seconds(path: Path, timeout: int) -> tuple[float, float, str]:
             for index, cell in enumerate(nb.cells):
                 before = time.perf_counter()
                 client.execute_cell(cell, index)
-                if time.perf_counter() - before > slowest:
-                    slowest, slowest_id = time.perf_counter() - before, cell.get("id", str(index))
+                took = time.perf_counter() - before
+                if took > slowest:
+                    slowest, slowest_id = took, cell.get("id", str(index))
             seconds = time.perf_counter() - start
         nbformat.write(nb, copy)  # the executed copy, gone with its folder
     return seconds, slowest, slowest_id

@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from gptlib.checkpoint import ASSETS, load_asset
+from gptlib.checkpoint import ASSETS, load_asset, load_checkpoint
 from gptlib.data import TANG300_PATH, load_corpus
 from gptlib.train import estimate_loss
 
@@ -113,7 +113,6 @@ def test_a_short_regeneration_starts_as_the_asset_did(name, tmp_path, capsys):
     step's learning rate depends only on the step, so the cut run is the start of the full one."""
     if name.startswith("tang300") and not os.path.exists(TANG300_PATH):
         pytest.skip(f"{TANG300_PATH} missing: apt-get install fortunes-zh")
-    from gptlib.checkpoint import load_checkpoint
     from gptlib.commandline.cli import main
 
     argv = list(REGENERATE[name])

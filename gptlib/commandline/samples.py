@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
-from dataclasses import dataclass
 
 import torch
 
@@ -73,7 +73,7 @@ def print_samples(
         print("---")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class SampleOptions:
     """What `python -m gptlib sample` was asked for, typed: the parser's one product."""
 
@@ -89,7 +89,7 @@ class SampleOptions:
     @classmethod
     def given(cls, args: argparse.Namespace) -> SampleOptions:
         """The sample subcommand's parsed arguments, by name."""
-        return cls(**{name: getattr(args, name) for name in cls.__dataclass_fields__})
+        return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
 
 
 def _sample_gpt2_folder(args: SampleOptions, device: torch.device) -> int:
